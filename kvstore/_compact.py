@@ -1,0 +1,177 @@
+"""Compaction: copy the live records into a new generation while the store stays in use.
+
+Theory of operation
+-------------------
+1. Under the lock: flush, and note where the KEY file ends (the *snapshot*).
+2. Without the lock, chunk by chunk: a KEY record before the snapshot is
+   copied when the index still points at it (it is live). The value record
+   is copied verbatim, header and CRC included, into ``data-<gen+1>.val.tmp``,
+   and a KEY record with its new offset into ``data-<gen+1>.key.tmp``. A new
+   index is built alongside. Runs of adjacent live records are copied as one
+   slice. The lock is taken only to look the chunk's keys up.
+3. Under the lock: flush, then replay every KEY record written after the
+   snapshot (puts and tombstones, in order) into the new files and index;
+   fsync, rename VAL then KEY into place, fsync the directory, swap the
+   generation in, delete the old files.
+
+Until both renames are done the old generation is the store; after them the
+new one holds everything the old one did. A crash in between leaves a
+half-renamed generation that the next open ignores and deletes.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import _files
+from . import _format as fmt
+from ._index import HashIndex
+
+if TYPE_CHECKING:
+    from ._store import Store, _Generation
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 1 << 16  # KEY records per step
+
+
+class _Writer:
+    """The new generation's two tmp files and index, filled in order."""
+
+    def __init__(self, directory: str, gen: int, capacity: int) -> None:
+        self.key_path, self.val_path = _files.data_paths(directory, gen)
+        self.key_tmp, self.val_tmp = self.key_path + ".tmp", self.val_path + ".tmp"
+        self.key_fd = self.val_fd = -1
+        self.key_fd = os.open(self.key_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.val_fd = os.open(self.val_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        _files.write_all(self.key_fd, fmt.pack_header(fmt.KEY_MAGIC, gen))
+        _files.write_all(self.val_fd, fmt.pack_header(fmt.VAL_MAGIC, gen))
+        self.val_end = fmt.HEADER_SIZE
+        self.key_size = fmt.HEADER_SIZE
+        self.index = HashIndex(6, capacity=capacity)
+
+    def append(self, mm: mmap.mmap, keys: np.ndarray, offs: np.ndarray) -> None:
+        """Copy the value records at ``offs`` (-1 = tombstone) and their keys, in order."""
+        new_offs = np.full(len(offs), fmt.TOMBSTONE, dtype=np.int64)
+        puts = np.flatnonzero(offs >= 0)
+        if len(puts):
+            starts = offs[puts]
+            data = np.frombuffer(mm, dtype=np.uint8)
+            try:
+                lengths = np.zeros(len(starts), dtype=np.int64)
+                for b in range(4):
+                    lengths |= data[starts + b].astype(np.int64) << (8 * b)
+            finally:
+                del data
+            sizes = lengths + fmt.VAL_HEADER_SIZE
+            ends = starts + sizes
+            new_offs[puts] = self.val_end + np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            # Coalesce adjacent records into runs: one slice copy per run.
+            breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+            run_starts = np.concatenate(([0], breaks))
+            run_ends = np.concatenate((breaks, [len(starts)])) - 1
+            chunk = b"".join(mm[a:b] for a, b in zip(starts[run_starts].tolist(), ends[run_ends].tolist(), strict=True))
+            _files.write_all(self.val_fd, chunk)
+            self.val_end += len(chunk)
+        recs = fmt.key_records(keys, new_offs)
+        _files.write_all(self.key_fd, recs)
+        self.key_size += len(recs)
+        self.index.set_many(keys, new_offs)
+
+    def publish(self) -> None:
+        os.fsync(self.val_fd)
+        os.fsync(self.key_fd)
+        os.rename(self.val_tmp, self.val_path)  # VAL first: a lone .val is an incomplete generation
+        os.rename(self.key_tmp, self.key_path)
+        _files.fsync_dir(os.path.dirname(self.key_path))
+
+    def close(self) -> None:
+        for name in ("key_fd", "val_fd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+
+    def discard(self) -> None:
+        self.close()
+        for path in (self.key_tmp, self.val_tmp):
+            if os.path.exists(path):
+                os.remove(path)
+
+
+def _read_keys(path: str, start: int, stop: int) -> np.ndarray:
+    count = (stop - start) // fmt.KEY_RECORD_SIZE
+    return np.fromfile(path, dtype=fmt.KEY_RECORD_DTYPE, count=count, offset=start)
+
+
+def _map(files: _files.DataFiles, length: int) -> mmap.mmap:
+    fd = os.open(files.val_path, os.O_RDONLY)
+    try:
+        return mmap.mmap(fd, length, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+
+
+def compact(store: Store) -> None:
+    from ._store import _Generation
+
+    with store._lock:
+        g = store._writable()
+        store._flush_locked(g)
+        snapshot = g.key_size
+        old = g.files
+        writer = _Writer(store.path, old.gen + 1, capacity=len(g.index))
+        mm = _map(old, g.wbuf[0])
+    try:
+        with mm:
+            for start in range(fmt.HEADER_SIZE, snapshot, _CHUNK * fmt.KEY_RECORD_SIZE):
+                recs = _read_keys(old.key_path, start, min(snapshot, start + _CHUNK * fmt.KEY_RECORD_SIZE))
+                keys = fmt.record_keys(recs)
+                offs = recs["off"]
+                with store._lock:
+                    _check_same(store, g)
+                    current, _ = g.index.lookup_many(keys)
+                live = (offs >= 0) & (current == offs)
+                writer.append(mm, keys[live], offs[live])
+        with store._lock:
+            _check_same(store, g)
+            store._flush_locked(g)
+            with _map(old, g.wbuf[0]) as tail_mm:
+                for start in range(snapshot, g.key_size, _CHUNK * fmt.KEY_RECORD_SIZE):
+                    recs = _read_keys(old.key_path, start, min(g.key_size, start + _CHUNK * fmt.KEY_RECORD_SIZE))
+                    writer.append(tail_mm, fmt.record_keys(recs), recs["off"])
+            writer.publish()
+            writer.close()
+            try:
+                files = _files.DataFiles(store.path, old.gen + 1, readonly=False)
+            except BaseException:
+                # The new generation is the store on disk now; writing on into the
+                # old one would lose those writes at the next open.
+                store._g = None
+                old.close()
+                store._release_lock()
+                raise
+            writer.index.fit()
+            files.remap(writer.val_end)
+            store._g = _Generation(files, writer.index, writer.val_end, writer.key_size)
+            for path in (old.key_path, old.val_path):
+                os.remove(path)  # readers holding the old files keep reading them
+            log.info(
+                "%s: compacted generation %d (%d bytes) into %d (%d bytes)", store.path, old.gen,
+                g.key_size + g.wbuf[0], old.gen + 1, writer.key_size + writer.val_end,
+            )
+    except BaseException:
+        writer.discard()
+        raise
+
+
+def _check_same(store: Store, g: _Generation) -> None:
+    if store._g is not g:
+        from .exceptions import StoreClosedError
+
+        raise StoreClosedError(f"{store.path}: store was closed during compaction")

@@ -1,0 +1,477 @@
+"""The in-memory index: 16-byte keys -> small unsigned integers, in numpy arrays.
+
+Theory of operation
+-------------------
+Layout. The table is split into ``NUM_SEGMENTS`` independent segments chosen by
+the top bits of the key's hash. Each segment is an open-addressing table of
+prime capacity with two numpy arrays: ``keys`` (cap x 16 bytes) and ``vals``
+(cap x W bytes, a W-byte little-endian unsigned value per slot). W is 1 for a
+key set, 6 for a store (a VAL file offset) and 8 for a key -> int map, so a
+store pays 22 bytes a slot.
+
+Slot state lives in the value's top byte: 0xFF marks a sentinel, and then the
+low byte says which: all 0xFF is EMPTY, 0xFE in the low byte is DELETED. Real
+values therefore stay below 2**(8W - 1).
+
+Hash and probe sequence. The key's two little-endian 64-bit halves are xored,
+then mixed (xorshift, multiply, xorshift) so that sequential counters, keys
+that differ only in high bits, and md5 digests all spread alike. The segment is ``h >> 60``; within it, double hashing:
+start ``h % cap``, step ``1 + (h >> 20) % (cap - 1)``; cap is prime, so every
+step visits every slot. Double hashing keeps the mean probe length under 2 at
+the maximum load factor of 0.78 (linear probing would need ~3).
+
+Resize rule. A segment is rebuilt when its used slots (live + deleted) pass
+``MAX_LOAD`` of its capacity, to a capacity where its live keys fill
+``MAX_LOAD / GROWTH``; it is also rebuilt smaller when deletions leave it
+nearly empty. Only one segment is rebuilt at a time, so growth needs one
+segment's worth of extra memory, never twice the index.
+
+Concurrency. Lookups run without a lock: under the GIL each slice read or
+write of a memoryview is atomic, a writer stores a new slot's key before its
+value (which makes it live), and a rebuilt segment replaces the old one in one
+list assignment. Every mutating method must be called under the owner's lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+KEY_SIZE = 16
+NUM_SEGMENTS = 16
+_SEG_SHIFT = 60
+MAX_LOAD = 0.78
+GROWTH = 1.3
+# A segment whose live keys fall under this share of its slots is rebuilt smaller.
+MIN_LOAD = 0.1
+MIN_SEGMENT_CAPACITY = 31
+MULT = 0x9E3779B97F4A7C15
+M64 = 0xFFFF_FFFF_FFFF_FFFF
+_STEP_SHIFT = 20
+# Below this many keys a batch goes through the single-key path: numpy's
+# per-call overhead would cost more than it saves.
+SMALL_BATCH = 48
+
+_U64 = np.dtype("<u8")
+
+
+def _is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    for p in (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37):
+        if n % p == 0:
+            return n == p
+    d, s = n - 1, 0
+    while d % 2 == 0:
+        d //= 2
+        s += 1
+    for a in (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37):  # deterministic below 3.3e24
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(s - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def next_prime(n: int) -> int:
+    n = max(n, MIN_SEGMENT_CAPACITY)
+    while not _is_prime(n):
+        n += 1
+    return n
+
+
+def hash_key(key: bytes) -> int:
+    x = int.from_bytes(key, "little")
+    v = (x ^ (x >> 64)) & M64
+    v ^= v >> 32
+    h = (v * MULT) & M64
+    return h ^ (h >> 29)
+
+
+def hash_keys(keys: np.ndarray) -> np.ndarray:
+    """Vectorized ``hash_key`` over an (n, 16) uint8 array."""
+    halves = keys.view(_U64).reshape(-1, 2)
+    v = halves[:, 0] ^ halves[:, 1]
+    v ^= v >> np.uint64(32)
+    v *= np.uint64(MULT)  # wraps mod 2**64, as intended
+    v ^= v >> np.uint64(29)
+    return v
+
+
+def as_key_array(keys: Any) -> np.ndarray:
+    """Accept (n, 16) uint8, (n,) V16/S16 arrays or a sequence of 16-byte bytes."""
+    if isinstance(keys, np.ndarray):
+        if keys.dtype == np.uint8 and keys.ndim == 2 and keys.shape[1] == KEY_SIZE:
+            return np.ascontiguousarray(keys)
+        if keys.dtype.itemsize == KEY_SIZE and keys.ndim == 1 and keys.dtype.kind in "VS":
+            return np.ascontiguousarray(keys).view(np.uint8).reshape(-1, KEY_SIZE)
+        raise ValueError(f"keys array must be (n, 16) uint8 or (n,) V16/S16, got {keys.dtype} {keys.shape}")
+    keys = list(keys)
+    for k in keys:
+        if not isinstance(k, bytes | bytearray | memoryview) or len(k) != KEY_SIZE:
+            raise ValueError(f"every key must be {KEY_SIZE} bytes, got {k!r:.60}")
+    if not keys:
+        return np.empty((0, KEY_SIZE), dtype=np.uint8)
+    return np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, KEY_SIZE)
+
+
+class _Segment:
+    # The slots live in bytearrays: slicing one and comparing it with a bytes
+    # key is the fastest single-key path Python has; numpy views of the same
+    # memory serve the batch paths.
+    __slots__ = ("cap", "keys", "vals", "kmv", "vmv", "live", "deleted")
+
+    def __init__(self, cap: int, width: int) -> None:
+        self.cap = cap
+        self.kmv = bytearray(cap * KEY_SIZE)
+        self.vmv = bytearray(cap * width)
+        self.keys = np.frombuffer(self.kmv, dtype=np.uint8).reshape(cap, KEY_SIZE)
+        self.vals = np.frombuffer(self.vmv, dtype=np.uint8).reshape(cap, width)
+        self.vals.fill(0xFF)
+        self.live = 0
+        self.deleted = 0
+
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.vals.nbytes)
+
+
+class HashIndex:
+    """16-byte key -> unsigned int of ``width`` bytes; see the module docstring."""
+
+    def __init__(self, width: int, capacity: int = 0) -> None:
+        if not 1 <= width <= 8:
+            raise ValueError("width must be 1..8 bytes")
+        self.width = width
+        self.max_value = (1 << (8 * width - 1)) - 1
+        self._empty = b"\xff" * width
+        self._deleted = b"\xfe" + b"\xff" * (width - 1)
+        # Room for the hinted keys plus the random excess one segment may draw.
+        per = capacity / NUM_SEGMENTS
+        per_seg = int((per + 4 * per**0.5) / MAX_LOAD) + 1
+        self._segs = [_Segment(next_prime(per_seg), width) for _ in range(NUM_SEGMENTS)]
+        self._rng = random.Random()
+
+    # -- single-key paths (memoryviews, no numpy scalars) -------------------
+
+    def __len__(self) -> int:
+        return sum(s.live for s in self._segs)
+
+    def get(self, key: bytes) -> int:
+        """Return the key's value, or -1 if absent. Lock-free."""
+        h = hash_key(key)
+        seg = self._segs[h >> _SEG_SHIFT]
+        cap, kmv, vmv, w = seg.cap, seg.kmv, seg.vmv, self.width
+        i = h % cap
+        step = 0  # computed on the first miss only: most lookups end at the first slot
+        top = w - 1
+        while True:
+            b = i * w
+            if vmv[b + top] == 0xFF:
+                if vmv[b] == 0xFF:
+                    return -1
+            elif kmv[i * 16 : i * 16 + 16] == key:
+                raw = vmv[b : b + w]  # one copy: a racing delete cannot tear it
+                if raw[top] == 0xFF:
+                    return -1
+                return int.from_bytes(raw, "little")
+            if not step:
+                step = 1 + (h >> _STEP_SHIFT) % (cap - 1)
+            i += step
+            if i >= cap:
+                i -= cap
+
+    def __contains__(self, key: bytes) -> bool:
+        return self.get(key) >= 0
+
+    def set(self, key: bytes, value: int) -> bool:
+        """Insert or overwrite; return True if the key was new. Caller holds the lock."""
+        h = hash_key(key)
+        s = h >> _SEG_SHIFT
+        seg = self._segs[s]
+        if seg.live + seg.deleted + 1 > MAX_LOAD * seg.cap:
+            seg = self._rebuild(s, seg.live + 1)
+        cap, kmv, vmv, w = seg.cap, seg.kmv, seg.vmv, self.width
+        i = h % cap
+        step = 0
+        top = w - 1
+        free = -1
+        while True:
+            b = i * w
+            if vmv[b + top] == 0xFF:
+                if vmv[b] == 0xFF:
+                    break
+                if free < 0:
+                    free = i
+            elif kmv[i * 16 : i * 16 + 16] == key:
+                vmv[b : b + w] = value.to_bytes(w, "little")
+                return False
+            if not step:
+                step = 1 + (h >> _STEP_SHIFT) % (cap - 1)
+            i += step
+            if i >= cap:
+                i -= cap
+        if free >= 0:
+            i = free
+            seg.deleted -= 1
+        kmv[i * 16 : i * 16 + 16] = key  # key first: the value write makes the slot live
+        vmv[i * w : i * w + w] = value.to_bytes(w, "little")
+        seg.live += 1
+        return True
+
+    def delete(self, key: bytes) -> int:
+        """Remove the key; return its old value or -1 if absent. Caller holds the lock."""
+        h = hash_key(key)
+        s = h >> _SEG_SHIFT
+        seg = self._segs[s]
+        cap, kmv, vmv, w = seg.cap, seg.kmv, seg.vmv, self.width
+        i = h % cap
+        step = 0
+        top = w - 1
+        while True:
+            b = i * w
+            if vmv[b + top] == 0xFF:
+                if vmv[b] == 0xFF:
+                    return -1
+            elif kmv[i * 16 : i * 16 + 16] == key:
+                old = int.from_bytes(vmv[b : b + w], "little")
+                vmv[b : b + w] = self._deleted
+                seg.live -= 1
+                seg.deleted += 1
+                if seg.live < MIN_LOAD * seg.cap and seg.cap > MIN_SEGMENT_CAPACITY:
+                    self._rebuild(s, seg.live)
+                return old
+            if not step:
+                step = 1 + (h >> _STEP_SHIFT) % (cap - 1)
+            i += step
+            if i >= cap:
+                i -= cap
+
+    def random_key(self) -> bytes:
+        """A key drawn uniformly from the live keys; KeyError if empty. Caller holds the lock."""
+        segs = self._segs
+        if not any(s.live for s in segs):
+            raise KeyError("random_key(): the index is empty")
+        caps = [s.cap for s in segs]
+        bounds = list(np.cumsum(caps))
+        total = bounds[-1]
+        top = self.width - 1
+        for _ in range(32):
+            r = self._rng.randrange(total)
+            si = bisect.bisect_right(bounds, r)
+            seg = segs[si]
+            i = r - (bounds[si] - caps[si])
+            if seg.vmv[i * self.width + top] != 0xFF:
+                return bytes(seg.kmv[i * 16 : i * 16 + 16])
+        # Mostly deleted or empty slots: pick among the live ones directly.
+        lives = [s.live for s in segs]
+        seg = segs[self._rng.choices(range(len(segs)), weights=lives)[0]]
+        slots = np.flatnonzero(seg.vals[:, top] != 0xFF)
+        i = int(slots[self._rng.randrange(len(slots))])
+        return bytes(seg.kmv[i * 16 : i * 16 + 16])
+
+    # -- batch paths (vectorized per segment) --------------------------------
+
+    def _states(self, seg: _Segment, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(is_sentinel, is_empty) for the slots at ``pos``."""
+        v = seg.vals[pos]
+        sentinel = v[:, -1] == 0xFF
+        return sentinel, sentinel & (v[:, 0] == 0xFF)
+
+    def _probe_start(self, h: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
+        pos = (h % np.uint64(cap)).astype(np.int64)
+        step = (np.uint64(1) + (h >> np.uint64(_STEP_SHIFT)) % np.uint64(cap - 1)).astype(np.int64)
+        return pos, step
+
+    def lookup_many(self, keys: np.ndarray, count_probes: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Return (values with -1 for absent, probes used) for an (n, 16) uint8 array."""
+        n = len(keys)
+        out = np.full(n, -1, dtype=np.int64)
+        probes = np.zeros(n, dtype=np.int64)
+        if n == 0:
+            return out, probes
+        if n < SMALL_BATCH and not count_probes:
+            kb = keys.tobytes()
+            for j in range(n):
+                out[j] = self.get(kb[j * 16 : j * 16 + 16])
+            return out, probes
+        h = hash_keys(keys)
+        segid = (h >> np.uint64(_SEG_SHIFT)).astype(np.uint8)
+        kw = keys.view(_U64).reshape(-1, 2)
+        for s, idx in _group(segid):
+            seg = self._segs[s]
+            pos, step = self._probe_start(h[idx], seg.cap)
+            sk = seg.keys.view(_U64).reshape(-1, 2)
+            while len(idx):
+                probes[idx] += 1
+                sentinel, empty = self._states(seg, pos)
+                slot_keys = sk[pos]
+                match = ~sentinel & (slot_keys[:, 0] == kw[idx, 0]) & (slot_keys[:, 1] == kw[idx, 1])
+                if match.any():
+                    out[idx[match]] = self._decode(seg.vals[pos[match]])
+                go = ~(match | empty)
+                idx, pos, step = idx[go], pos[go] + step[go], step[go]
+                pos[pos >= seg.cap] -= seg.cap
+        return out, probes
+
+    def _decode(self, raw: np.ndarray) -> np.ndarray:
+        padded = np.zeros((len(raw), 8), dtype=np.uint8)
+        padded[:, : self.width] = raw
+        return padded.view("<i8").reshape(-1)
+
+    def _encode(self, values: np.ndarray) -> np.ndarray:
+        return values.astype("<i8").view(np.uint8).reshape(-1, 8)[:, : self.width]
+
+    def set_many(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Insert/overwrite a batch in order (later duplicates win); a value of -1 deletes.
+
+        Caller holds the lock.
+        """
+        n = len(keys)
+        if n == 0:
+            return
+        values = np.asarray(values, dtype=np.int64)
+        if n < SMALL_BATCH:
+            kb = keys.tobytes()
+            for j in range(n):
+                k, v = kb[j * 16 : j * 16 + 16], int(values[j])
+                if v < 0:
+                    self.delete(k)
+                else:
+                    self.set(k, v)
+            return
+        h = hash_keys(keys)
+        segid = (h >> np.uint64(_SEG_SHIFT)).astype(np.uint8)
+        for s, idx in _group(segid):
+            seg = self._segs[s]
+            if seg.live + seg.deleted + len(idx) > MAX_LOAD * seg.cap:
+                seg = self._rebuild(s, seg.live + len(idx))
+            # Latest first: the lowest position in `idx[::-1]` wins each contested slot.
+            idx = idx[::-1]
+            self._insert_segment(seg, keys[idx], h[idx], values[idx])
+            if seg.live < MIN_LOAD * seg.cap and seg.cap > MIN_SEGMENT_CAPACITY:
+                self._rebuild(s, seg.live)
+
+    def _insert_segment(self, seg: _Segment, keys: np.ndarray, h: np.ndarray, values: np.ndarray) -> None:
+        """Vectorized insert of keys ordered latest first into one segment."""
+        m = len(keys)
+        kw = keys.view(_U64).reshape(-1, 2)
+        sk = seg.keys.view(_U64).reshape(-1, 2)
+        pos, step = self._probe_start(h, seg.cap)
+        order = np.arange(m, dtype=np.int64)
+        claim = np.full(seg.cap, m, dtype=np.int64)  # batch position that claimed a slot this call
+        encoded = self._encode(np.where(values < 0, 0, values))
+        is_delete = values < 0
+        deleted_raw = np.frombuffer(self._deleted, dtype=np.uint8)
+        pend = order
+        while len(pend):
+            p = pos[pend]
+            sentinel, empty = self._states(seg, p)
+            slot_keys = sk[p]
+            same = ~empty & (slot_keys[:, 0] == kw[pend, 0]) & (slot_keys[:, 1] == kw[pend, 1])
+            unclaimed = claim[p] == m
+            cand = empty | (same & unclaimed)
+            drop = same & ~unclaimed  # a later record of this key already took the slot
+            if cand.any():
+                cp, ci = p[cand], pend[cand]
+                np.minimum.at(claim, cp, ci)
+                won = claim[cp] == ci
+                wp, wi = cp[won], ci[won]
+                was_empty = empty[cand][won]
+                was_live = ~sentinel[cand][won]
+                dele = is_delete[wi]
+                seg.keys[wp] = keys[wi]
+                vals = np.where(dele[:, None], deleted_raw[None, :], encoded[wi])
+                seg.vals[wp] = vals
+                seg.live += int(np.count_nonzero(~dele)) - int(np.count_nonzero(was_live))
+                seg.deleted += int(np.count_nonzero(dele)) - int(np.count_nonzero(~was_empty & ~was_live))
+                finished = np.zeros(len(pend), dtype=bool)
+                finished[np.flatnonzero(cand)[won]] = True
+            else:
+                finished = np.zeros(len(pend), dtype=bool)
+            advance = ~cand & ~drop
+            adv = pend[advance]
+            pos[adv] += step[adv]
+            pos[adv] -= np.where(pos[adv] >= seg.cap, seg.cap, 0)
+            pend = pend[~(finished | drop)]
+
+    def _rebuild(self, s: int, live_hint: int) -> _Segment:
+        """Rebuild segment ``s`` (dropping deleted slots) sized for ``live_hint`` keys."""
+        old = self._segs[s]
+        top = self.width - 1
+        live = np.flatnonzero(old.vals[:, top] != 0xFF)
+        cap = next_prime(int(max(live_hint, len(live)) * GROWTH / MAX_LOAD) + 1)
+        new = _Segment(cap, self.width)
+        keys = old.keys[live]
+        if len(live):
+            vals = self._decode(old.vals[live])
+            self._insert_segment(new, keys, hash_keys(keys), vals)
+        self._segs[s] = new  # one assignment: lock-free readers see old or new, never half
+        return new
+
+    def fit(self) -> None:
+        """Rebuild segments left sparse or full of deleted slots (after a bulk load)."""
+        for s, seg in enumerate(self._segs):
+            sparse = seg.live < 0.75 * (MAX_LOAD / GROWTH) * seg.cap and seg.cap > MIN_SEGMENT_CAPACITY
+            if sparse or seg.deleted > 0.05 * seg.cap:
+                self._rebuild(s, seg.live)
+
+    # -- whole-index views ----------------------------------------------------
+
+    def items_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Snapshot of (keys (n,16) uint8, values int64) of every live entry."""
+        ks, vs = [], []
+        top = self.width - 1
+        for seg in list(self._segs):
+            live = np.flatnonzero(seg.vals[:, top] != 0xFF)
+            ks.append(seg.keys[live])
+            vs.append(self._decode(seg.vals[live]))
+        return np.concatenate(ks), np.concatenate(vs)
+
+    def iter_keys(self) -> Iterator[bytes]:
+        keys, _ = self.items_arrays()
+        kb = keys.tobytes()
+        for j in range(0, len(kb), 16):
+            yield kb[j : j + 16]
+
+    def memory_bytes(self) -> int:
+        return sum(s.nbytes() for s in self._segs)
+
+    def stats(self) -> dict[str, float | int]:
+        cap = sum(s.cap for s in self._segs)
+        live = len(self)
+        deleted = sum(s.deleted for s in self._segs)
+        mean_probe = 0.0
+        if live:
+            keys, _ = self.items_arrays()
+            _, probes = self.lookup_many(keys, count_probes=True)
+            mean_probe = float(probes.mean())
+        return {
+            "capacity": cap,
+            "live": live,
+            "deleted": deleted,
+            "load_factor": (live + deleted) / cap,
+            "max_load_factor": MAX_LOAD,
+            "mean_probe_length": mean_probe,
+            "memory_bytes": self.memory_bytes(),
+        }
+
+
+def _group(segid: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield (segment, ascending indices of its keys) for each segment present."""
+    order = np.argsort(segid, kind="stable")  # uint8 keys: a linear-time radix sort
+    counts = np.bincount(segid, minlength=NUM_SEGMENTS)
+    start = 0
+    for s in range(NUM_SEGMENTS):
+        c = int(counts[s])
+        if c:
+            yield s, order[start : start + c]
+        start += c

@@ -1,0 +1,470 @@
+"""The store: a MutableMapping over one generation of KEY/VAL files and an index.
+
+Theory of operation
+-------------------
+Writes go to two in-memory buffers under the store's lock: value records to
+``wbuf`` and KEY records to ``kbuf``. ``flush()`` writes VAL's buffer, then
+KEY's, with plain ``write()`` calls; from then on a kill -9 cannot lose them.
+``sync()`` adds fsync.
+
+Reads take no lock. ``wbuf`` is a ``(base, bytearray)`` pair replaced as a
+whole at each flush, so a reader that found offset ``off`` in the index reads
+the value from that bytearray when ``off >= base`` and from the file (an mmap,
+or pread past the mapped length) otherwise. The current generation (files,
+index, buffers) is one object swapped by compaction in one assignment.
+
+Every value read is CRC-checked: a damaged record raises CorruptStoreError,
+never returns wrong bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _files
+from . import _format as fmt
+from ._index import HashIndex, as_key_array
+from .exceptions import (
+    CorruptStoreError,
+    InvalidKeyError,
+    ReadOnlyError,
+    StoreClosedError,
+    StoreNotFoundError,
+    ValueTooLargeError,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_VALUE_SIZE = 64 << 20
+DEFAULT_BUFFER_SIZE = 1 << 20
+DEFAULT_TAIL_CHECK_BYTES = 4 << 20
+# Reads past the mapped part of VAL use pread until this much is unmapped.
+_REMAP_SLACK = 8 << 20
+_OPEN_CHUNK = 1 << 20  # KEY records indexed per batch on open
+_VAL_HEADER = struct.Struct("<II")
+_OFF = struct.Struct("<q")
+_TOMB = _OFF.pack(fmt.TOMBSTONE)
+_OFFSET_WIDTH = 6  # index bytes per offset: VAL files up to 128 TiB
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    generation: int
+    records: int
+    live_keys: int
+    live_bytes: int
+    dead_bytes: int
+    key_file_bytes: int
+    val_file_bytes: int
+    index_capacity: int
+    index_bytes: int
+    load_factor: float
+    mean_probe_length: float
+
+
+@dataclass(frozen=True)
+class Damage:
+    key: bytes
+    offset: int
+    reason: str
+
+
+class _Generation:
+    """Everything that compaction replaces at once."""
+
+    __slots__ = ("files", "index", "wbuf", "kbuf", "key_size")
+
+    def __init__(self, files: _files.DataFiles, index: HashIndex, val_end: int, key_size: int) -> None:
+        self.files = files
+        self.index = index
+        self.wbuf: tuple[int, bytearray] = (val_end, bytearray())
+        self.kbuf = bytearray()
+        self.key_size = key_size
+
+    def val_end(self) -> int:
+        base, buf = self.wbuf
+        return base + len(buf)
+
+
+def _check_key(key: Any) -> bytes:
+    if isinstance(key, bytearray | memoryview):
+        key = bytes(key)
+    if not isinstance(key, bytes):
+        raise InvalidKeyError(f"keys are 16 bytes, got {type(key).__name__}; use kvstore.md5_key()")
+    if len(key) != fmt.KEY_SIZE:
+        raise InvalidKeyError(f"keys are 16 bytes, got {len(key)}; use kvstore.md5_key()")
+    return key
+
+
+class Store(MutableMapping[bytes, bytes]):
+    """An append-only key-value store; open it with ``kvstore.open()``.
+
+    Every method is thread-safe. Lookups (``in``, ``[]``, ``get``,
+    ``contains_many``) take no lock; writes are serialized by one lock.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        capacity: int | None = None,
+        max_value_size: int = DEFAULT_MAX_VALUE_SIZE,
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        tail_check_bytes: int = DEFAULT_TAIL_CHECK_BYTES,
+    ) -> None:
+        if not 0 <= max_value_size <= fmt.MAX_VALUE_SIZE_LIMIT:
+            raise ValueError(f"max_value_size must be 0..{fmt.MAX_VALUE_SIZE_LIMIT}")
+        self.path = os.fspath(path)
+        self.readonly = readonly
+        self.max_value_size = max_value_size
+        self._buffer_size = buffer_size
+        self._lock = threading.Lock()
+        self._lock_fd = -1
+        self._g: _Generation | None = None
+        _files.prepare_directory(self.path, readonly)
+        if not readonly:
+            self._lock_fd = _files.acquire_lock(self.path)
+        try:
+            self._g = self._open_generation(capacity or 0, tail_check_bytes)
+        except BaseException:
+            self._release_lock()
+            raise
+
+    # -- opening ------------------------------------------------------------
+
+    def _open_generation(self, capacity: int, tail_check_bytes: int) -> _Generation:
+        for _attempt in range(10):  # a compaction may swap generations under a reader
+            gen, leftovers = _files.find_generation(self.path)
+            if gen is None:
+                if self.readonly:
+                    raise StoreNotFoundError(2, "no store in this directory", self.path)
+                gen = 1
+                _files.create_generation(self.path, gen)
+            elif not self.readonly:
+                for name in leftovers:
+                    log.info("%s: removing %s left by an interrupted compaction", self.path, name)
+                    os.remove(os.path.join(self.path, name))
+            try:
+                files = _files.DataFiles(self.path, gen, self.readonly)
+            except FileNotFoundError:
+                if self.readonly:
+                    continue
+                raise
+            try:
+                return self._load(files, capacity, tail_check_bytes)
+            except BaseException:
+                files.close()
+                raise
+        raise StoreNotFoundError(2, "store files keep changing under a read-only open", self.path)
+
+    def _load(self, files: _files.DataFiles, capacity: int, tail_check_bytes: int) -> _Generation:
+        loaded = _files.load_records(files, readonly=self.readonly, tail_check_bytes=tail_check_bytes)
+        recs = loaded.records
+        index = HashIndex(_OFFSET_WIDTH, capacity=max(capacity, len(recs)))
+        for start in range(0, len(recs), _OPEN_CHUNK):
+            chunk = recs[start : start + _OPEN_CHUNK]
+            index.set_many(fmt.record_keys(chunk), chunk["off"])
+        index.fit()
+        files.remap(loaded.val_end)
+        key_size = fmt.HEADER_SIZE + len(recs) * fmt.KEY_RECORD_SIZE
+        return _Generation(files, index, loaded.val_end, key_size)
+
+    # -- lifecycle ------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._g is None
+
+    def _live(self) -> _Generation:
+        g = self._g
+        if g is None:
+            raise StoreClosedError(f"{self.path}: store is closed")
+        return g
+
+    def _writable(self) -> _Generation:
+        g = self._live()
+        if self.readonly:
+            raise ReadOnlyError(f"{self.path}: store was opened with readonly=True")
+        return g
+
+    def close(self) -> None:
+        """Flush, fsync and close. Idempotent. If the final flush fails (a full
+        disk), the store stays open so that nothing buffered is lost."""
+        with self._lock:
+            g = self._g
+            if g is None:
+                return
+            if not self.readonly:
+                self._flush_locked(g)
+                os.fsync(g.files.val_fd)
+                os.fsync(g.files.key_fd)
+            self._g = None
+            g.files.close()
+            self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the fd drops the flock
+            self._lock_fd = -1
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if getattr(self, "_g", None) is not None:
+                self.close()
+        except Exception:  # noqa: BLE001 - nothing can be reported from a finalizer
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._g is None else f"{len(self)} keys"
+        return f"<kvstore.Store {self.path!r} {state}{' readonly' if self.readonly else ''}>"
+
+    # -- reads ------------------------------------------------------------------
+
+    def __getitem__(self, key: bytes) -> bytes:
+        if type(key) is not bytes or len(key) != fmt.KEY_SIZE:
+            key = _check_key(key)
+        g = self._live()
+        off = g.index.get(key)
+        if off < 0:
+            raise KeyError(key)
+        return self._read(g, off)
+
+    def _read(self, g: _Generation, off: int) -> bytes:
+        base, buf = g.wbuf
+        files = g.files
+        if off >= base:
+            rel = off - base
+            length, crc = _VAL_HEADER.unpack_from(buf, rel)
+            value = bytes(buf[rel + 8 : rel + 8 + length])
+        else:
+            mm, mlen = files.mm
+            if base - mlen > _REMAP_SLACK:
+                mm, mlen = files.remap(base)
+            if off + 8 <= mlen and mm is not None:
+                length, crc = _VAL_HEADER.unpack_from(mm, off)
+                end = off + 8 + length
+                value = mm[off + 8 : end] if end <= mlen else os.pread(files.val_fd, length, off + 8)
+            else:
+                head = os.pread(files.val_fd, 8 + 4096, off)
+                if len(head) < 8:
+                    raise CorruptStoreError(files.val_path, off, "value record is past the end of the file")
+                length, crc = _VAL_HEADER.unpack_from(head)
+                value = head[8 : 8 + length]
+                if len(value) < length:
+                    value += os.pread(files.val_fd, length - len(value), off + 8 + len(value))
+        if len(value) != length or zlib.crc32(value) != crc:
+            raise CorruptStoreError(files.val_path, off, "value record fails its CRC check")
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        if type(key) is not bytes or len(key) != fmt.KEY_SIZE:
+            key = _check_key(key)
+        return self._live().index.get(key) >= 0  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self._live().index)
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Iterate over a snapshot of the keys taken when iteration starts."""
+        with self._lock:
+            keys, _ = self._live().index.items_arrays()
+        kb = keys.tobytes()
+        for j in range(0, len(kb), fmt.KEY_SIZE):
+            yield kb[j : j + fmt.KEY_SIZE]
+
+    def contains_many(self, keys: Any) -> np.ndarray:
+        """Bool array: which of ``keys`` are present. Vectorized; no lock."""
+        try:
+            arr = as_key_array(keys)
+        except ValueError as exc:
+            raise InvalidKeyError(str(exc)) from None
+        found, _ = self._live().index.lookup_many(arr)
+        return found >= 0
+
+    def random_key(self) -> bytes:
+        """A live key drawn uniformly at random, without disk access; KeyError if empty."""
+        with self._lock:
+            return self._live().index.random_key()
+
+    # -- writes -------------------------------------------------------------------
+
+    def _check_value(self, value: Any) -> bytes:
+        if not isinstance(value, bytes):
+            if not isinstance(value, bytearray | memoryview):
+                raise TypeError(f"values are bytes, got {type(value).__name__}")
+            value = bytes(value)
+        if len(value) > self.max_value_size:
+            raise ValueTooLargeError(len(value), self.max_value_size)
+        return value
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        if type(key) is not bytes or len(key) != fmt.KEY_SIZE:
+            key = _check_key(key)
+        if type(value) is not bytes or len(value) > self.max_value_size:
+            value = self._check_value(value)
+        header = _VAL_HEADER.pack(len(value), zlib.crc32(value))
+        with self._lock:
+            g = self._writable()
+            base, buf = g.wbuf
+            off = base + len(buf)
+            buf += header
+            buf += value
+            g.kbuf += key
+            g.kbuf += _OFF.pack(off)
+            g.index.set(key, off)  # publish only once the bytes are readable
+            if len(buf) + len(g.kbuf) >= self._buffer_size:
+                self._flush_locked(g)
+
+    def __delitem__(self, key: bytes) -> None:
+        if type(key) is not bytes or len(key) != fmt.KEY_SIZE:
+            key = _check_key(key)
+        with self._lock:
+            g = self._writable()
+            if g.index.delete(key) < 0:
+                raise KeyError(key)
+            g.kbuf += key
+            g.kbuf += _TOMB
+            if len(g.kbuf) >= self._buffer_size:
+                self._flush_locked(g)
+
+    def put_many(self, keys: Any, values: Sequence[bytes] | Iterable[bytes]) -> None:
+        """Store many records in one vectorized step; later duplicates win."""
+        try:
+            arr = as_key_array(keys)
+        except ValueError as exc:
+            raise InvalidKeyError(str(exc)) from None
+        vals = [v if type(v) is bytes and len(v) <= self.max_value_size else self._check_value(v) for v in values]
+        if len(vals) != len(arr):
+            raise ValueError(f"put_many: {len(arr)} keys but {len(vals)} values")
+        if not vals:
+            return
+        data, rel = fmt.val_records(vals)
+        with self._lock:
+            g = self._writable()
+            base, buf = g.wbuf
+            offs = rel + (base + len(buf))
+            buf += data
+            g.kbuf += fmt.key_records(arr, offs)
+            g.index.set_many(arr, offs)
+            if len(buf) + len(g.kbuf) >= self._buffer_size:
+                self._flush_locked(g)
+
+    def flush(self) -> None:
+        """Hand every buffered write to the OS; it then survives a kill -9."""
+        with self._lock:
+            g = self._live()
+            if not self.readonly:
+                self._flush_locked(g)
+
+    def sync(self) -> None:
+        """flush(), then fsync both files: the writes then survive a power loss."""
+        with self._lock:
+            g = self._live()
+            if not self.readonly:
+                self._flush_locked(g)
+                os.fsync(g.files.val_fd)
+                os.fsync(g.files.key_fd)
+
+    def _flush_locked(self, g: _Generation) -> None:
+        # VAL before KEY: a KEY record must never reach the disk before its value.
+        base, buf = g.wbuf
+        if buf:
+            try:
+                _files.write_all(g.files.val_fd, buf)
+            except OSError:
+                os.ftruncate(g.files.val_fd, base)  # undo a partial write; the buffer is kept
+                raise
+            g.wbuf = (base + len(buf), bytearray())
+        if g.kbuf:
+            try:
+                _files.write_all(g.files.key_fd, g.kbuf)
+            except OSError:
+                os.ftruncate(g.files.key_fd, g.key_size)
+                raise
+            g.key_size += len(g.kbuf)
+            g.kbuf = bytearray()
+
+    # -- maintenance ------------------------------------------------------------------
+
+    def compact(self) -> None:
+        """Rewrite only live records into a new generation and drop the old one.
+
+        Other threads keep reading and writing while it runs; they wait only for
+        the final swap. A kill at any instant leaves a store that opens with
+        every live record.
+        """
+        from ._compact import compact
+
+        if self.readonly:
+            raise ReadOnlyError(f"{self.path}: store was opened with readonly=True")
+        compact(self)
+
+    def _live_record_sizes(self, g: _Generation) -> np.ndarray:
+        """Sizes (header + value) of the live records, read from the mapped VAL file."""
+        _, offs = g.index.items_arrays()
+        if not len(offs):
+            return np.zeros(0, dtype=np.int64)
+        mm, _ = g.files.remap(g.wbuf[0])
+        assert mm is not None
+        data = np.frombuffer(mm, dtype=np.uint8)
+        try:
+            lengths = np.zeros(len(offs), dtype=np.int64)
+            for b in range(4):
+                lengths |= data[offs + b].astype(np.int64) << (8 * b)
+        finally:
+            del data
+        return lengths + fmt.VAL_HEADER_SIZE
+
+    def stats(self) -> StoreStats:
+        """Counts and sizes; flushes first so that the files are current."""
+        with self._lock:
+            g = self._live()
+            if not self.readonly:
+                self._flush_locked(g)
+            live_bytes = int(self._live_record_sizes(g).sum())
+            istats = g.index.stats()
+            val_end = g.wbuf[0]
+            return StoreStats(
+                generation=g.files.gen,
+                records=(g.key_size - fmt.HEADER_SIZE) // fmt.KEY_RECORD_SIZE,
+                live_keys=int(istats["live"]),
+                live_bytes=live_bytes,
+                dead_bytes=val_end - fmt.HEADER_SIZE - live_bytes,
+                key_file_bytes=g.key_size,
+                val_file_bytes=val_end,
+                index_capacity=int(istats["capacity"]),
+                index_bytes=int(istats["memory_bytes"]),
+                load_factor=float(istats["load_factor"]),
+                mean_probe_length=float(istats["mean_probe_length"]),
+            )
+
+    def index_stats(self) -> dict[str, float | int]:
+        with self._lock:
+            return self._live().index.stats()
+
+    def verify(self) -> list[Damage]:
+        """CRC-check every value record the KEY file references (live or not)."""
+        from ._verify import verify
+
+        with self._lock:
+            g = self._live()
+            if not self.readonly:
+                self._flush_locked(g)
+            key_size, val_end = g.key_size, g.wbuf[0]
+        return verify(g.files, key_size, val_end)
