@@ -9,13 +9,17 @@ prime capacity with two numpy arrays: ``keys`` (cap x 16 bytes) and ``vals``
 key set, 6 for a store (a VAL file offset) and 8 for a key -> int map, so a
 store pays 22 bytes a slot.
 
-Slot state lives in the value's top byte: 0xFF marks a sentinel, and then the
-low byte says which: all 0xFF is EMPTY, 0xFE in the low byte is DELETED. Real
-values therefore stay below 2**(8W - 1).
+Slot state lives in the value's top byte: 0xFE or 0xFF marks a sentinel, and
+then the low byte says which: all 0xFF is EMPTY, 0xFE in the low byte (and
+0xFF above it) is DELETED; for W = 1 these are the single bytes 0xFF and 0xFE.
+Real values stay below 2**(8W - 1), so their top byte never looks like one.
 
-Hash and probe sequence. The key's two little-endian 64-bit halves are xored,
-then mixed (xorshift, multiply, xorshift) so that sequential counters, keys
-that differ only in high bits, and md5 digests all spread alike. The segment is ``h >> 60``; within it, double hashing:
+Hash and probe sequence. The key, read as a little-endian 128-bit integer, is
+multiplied by an odd 128-bit constant; bits 64..127 of the product, which
+depend on every key bit, are then mixed (xorshift, multiply, xorshift) so
+that sequential counters (in either byte order), keys with equal halves, and
+md5 digests all spread alike. The segment
+is ``h >> 60``; within it, double hashing:
 start ``h % cap``, step ``1 + (h >> 20) % (cap - 1)``; cap is prime, so every
 step visits every slot. Double hashing keeps the mean probe length under 2 at
 the maximum load factor of 0.78 (linear probing would need ~3).
@@ -43,15 +47,16 @@ import numpy as np
 
 KEY_SIZE = 16
 NUM_SEGMENTS = 16
-_SEG_SHIFT = 60
+_SEG_SHIFT = 60  # also written as a literal in the single-key paths
 MAX_LOAD = 0.78
 GROWTH = 1.3
 # A segment whose live keys fall under this share of its slots is rebuilt smaller.
 MIN_LOAD = 0.1
 MIN_SEGMENT_CAPACITY = 31
-MULT = 0x9E3779B97F4A7C15
+MULT128 = 0x9E3779B97F4A7C15_F39CC0605CEDC835  # odd; the same literals appear inlined below
+MULT64 = 0xBF58476D1CE4E5B9
 M64 = 0xFFFF_FFFF_FFFF_FFFF
-_STEP_SHIFT = 20
+_STEP_SHIFT = 20  # also written as a literal in the single-key paths
 # Below this many keys a batch goes through the single-key path: numpy's
 # per-call overhead would cost more than it saves.
 SMALL_BATCH = 48
@@ -90,19 +95,33 @@ def next_prime(n: int) -> int:
 
 
 def hash_key(key: bytes) -> int:
+    """The reference hash (inlined by hand in the single-key paths)."""
     x = int.from_bytes(key, "little")
-    v = (x ^ (x >> 64)) & M64
+    v = ((x * MULT128) >> 64) & M64  # bits 64..127 of x * MULT128 mod 2**128
     v ^= v >> 32
-    h = (v * MULT) & M64
+    h = (v * MULT64) & M64
     return h ^ (h >> 29)
 
 
+def _mulhi(a: np.ndarray, b: int) -> np.ndarray:
+    """High 64 bits of the 128-bit products a * b (a uint64 array, b < 2**64)."""
+    m32 = np.uint64(0xFFFF_FFFF)
+    s32 = np.uint64(32)
+    a_lo, a_hi = a & m32, a >> s32
+    b_lo, b_hi = np.uint64(b & 0xFFFF_FFFF), np.uint64(b >> 32)
+    ll, lh, hl, hh = a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi
+    mid = (ll >> s32) + (lh & m32) + (hl & m32)
+    return hh + (lh >> s32) + (hl >> s32) + (mid >> s32)
+
+
 def hash_keys(keys: np.ndarray) -> np.ndarray:
-    """Vectorized ``hash_key`` over an (n, 16) uint8 array."""
+    """Vectorized ``hash_key`` over an (n, 16) uint8 array (uint64 math wraps, as intended)."""
     halves = keys.view(_U64).reshape(-1, 2)
-    v = halves[:, 0] ^ halves[:, 1]
+    lo, hi = halves[:, 0], halves[:, 1]
+    c_lo, c_hi = MULT128 & M64, MULT128 >> 64
+    v = _mulhi(lo, c_lo) + lo * np.uint64(c_hi) + hi * np.uint64(c_lo)
     v ^= v >> np.uint64(32)
-    v *= np.uint64(MULT)  # wraps mod 2**64, as intended
+    v *= np.uint64(MULT64)
     v ^= v >> np.uint64(29)
     return v
 
@@ -167,35 +186,66 @@ class HashIndex:
 
     def get(self, key: bytes) -> int:
         """Return the key's value, or -1 if absent. Lock-free."""
-        h = hash_key(key)
-        seg = self._segs[h >> _SEG_SHIFT]
+        # hash_key() inlined, with literal constants: this is the hottest path.
+        x = int.from_bytes(key, "little")
+        h = ((x * 0x9E3779B97F4A7C15_F39CC0605CEDC835) >> 64) & 0xFFFF_FFFF_FFFF_FFFF
+        h ^= h >> 32
+        h = (h * 0xBF58476D1CE4E5B9) & 0xFFFF_FFFF_FFFF_FFFF
+        h ^= h >> 29
+        seg = self._segs[h >> 60]
         cap, kmv, vmv, w = seg.cap, seg.kmv, seg.vmv, self.width
         i = h % cap
         step = 0  # computed on the first miss only: most lookups end at the first slot
         top = w - 1
         while True:
             b = i * w
-            if vmv[b + top] == 0xFF:
+            if vmv[b + top] >= 0xFE:
                 if vmv[b] == 0xFF:
                     return -1
             elif kmv[i * 16 : i * 16 + 16] == key:
                 raw = vmv[b : b + w]  # one copy: a racing delete cannot tear it
-                if raw[top] == 0xFF:
+                if raw[top] >= 0xFE:
                     return -1
                 return int.from_bytes(raw, "little")
             if not step:
-                step = 1 + (h >> _STEP_SHIFT) % (cap - 1)
+                step = 1 + (h >> 20) % (cap - 1)
             i += step
             if i >= cap:
                 i -= cap
 
     def __contains__(self, key: bytes) -> bool:
-        return self.get(key) >= 0
+        """Lock-free; ``get`` without decoding the value."""
+        x = int.from_bytes(key, "little")
+        h = ((x * 0x9E3779B97F4A7C15_F39CC0605CEDC835) >> 64) & 0xFFFF_FFFF_FFFF_FFFF
+        h ^= h >> 32
+        h = (h * 0xBF58476D1CE4E5B9) & 0xFFFF_FFFF_FFFF_FFFF
+        h ^= h >> 29
+        seg = self._segs[h >> 60]
+        cap, kmv, vmv, w = seg.cap, seg.kmv, seg.vmv, self.width
+        i = h % cap
+        step = 0
+        top = w - 1
+        while True:
+            if vmv[i * w + top] >= 0xFE:
+                if vmv[i * w] == 0xFF:
+                    return False
+            elif kmv[i * 16 : i * 16 + 16] == key:
+                return True
+            if not step:
+                step = 1 + (h >> 20) % (cap - 1)
+            i += step
+            if i >= cap:
+                i -= cap
 
     def set(self, key: bytes, value: int) -> bool:
         """Insert or overwrite; return True if the key was new. Caller holds the lock."""
-        h = hash_key(key)
-        s = h >> _SEG_SHIFT
+        # hash_key() inlined, with literal constants: this is the hottest path.
+        x = int.from_bytes(key, "little")
+        h = ((x * 0x9E3779B97F4A7C15_F39CC0605CEDC835) >> 64) & 0xFFFF_FFFF_FFFF_FFFF
+        h ^= h >> 32
+        h = (h * 0xBF58476D1CE4E5B9) & 0xFFFF_FFFF_FFFF_FFFF
+        h ^= h >> 29
+        s = h >> 60
         seg = self._segs[s]
         if seg.live + seg.deleted + 1 > MAX_LOAD * seg.cap:
             seg = self._rebuild(s, seg.live + 1)
@@ -206,7 +256,7 @@ class HashIndex:
         free = -1
         while True:
             b = i * w
-            if vmv[b + top] == 0xFF:
+            if vmv[b + top] >= 0xFE:
                 if vmv[b] == 0xFF:
                     break
                 if free < 0:
@@ -215,7 +265,7 @@ class HashIndex:
                 vmv[b : b + w] = value.to_bytes(w, "little")
                 return False
             if not step:
-                step = 1 + (h >> _STEP_SHIFT) % (cap - 1)
+                step = 1 + (h >> 20) % (cap - 1)
             i += step
             if i >= cap:
                 i -= cap
@@ -229,8 +279,13 @@ class HashIndex:
 
     def delete(self, key: bytes) -> int:
         """Remove the key; return its old value or -1 if absent. Caller holds the lock."""
-        h = hash_key(key)
-        s = h >> _SEG_SHIFT
+        # hash_key() inlined, with literal constants: this is the hottest path.
+        x = int.from_bytes(key, "little")
+        h = ((x * 0x9E3779B97F4A7C15_F39CC0605CEDC835) >> 64) & 0xFFFF_FFFF_FFFF_FFFF
+        h ^= h >> 32
+        h = (h * 0xBF58476D1CE4E5B9) & 0xFFFF_FFFF_FFFF_FFFF
+        h ^= h >> 29
+        s = h >> 60
         seg = self._segs[s]
         cap, kmv, vmv, w = seg.cap, seg.kmv, seg.vmv, self.width
         i = h % cap
@@ -238,7 +293,7 @@ class HashIndex:
         top = w - 1
         while True:
             b = i * w
-            if vmv[b + top] == 0xFF:
+            if vmv[b + top] >= 0xFE:
                 if vmv[b] == 0xFF:
                     return -1
             elif kmv[i * 16 : i * 16 + 16] == key:
@@ -250,7 +305,7 @@ class HashIndex:
                     self._rebuild(s, seg.live)
                 return old
             if not step:
-                step = 1 + (h >> _STEP_SHIFT) % (cap - 1)
+                step = 1 + (h >> 20) % (cap - 1)
             i += step
             if i >= cap:
                 i -= cap
@@ -269,12 +324,12 @@ class HashIndex:
             si = bisect.bisect_right(bounds, r)
             seg = segs[si]
             i = r - (bounds[si] - caps[si])
-            if seg.vmv[i * self.width + top] != 0xFF:
+            if seg.vmv[i * self.width + top] < 0xFE:
                 return bytes(seg.kmv[i * 16 : i * 16 + 16])
         # Mostly deleted or empty slots: pick among the live ones directly.
         lives = [s.live for s in segs]
         seg = segs[self._rng.choices(range(len(segs)), weights=lives)[0]]
-        slots = np.flatnonzero(seg.vals[:, top] != 0xFF)
+        slots = np.flatnonzero(seg.vals[:, top] < 0xFE)
         i = int(slots[self._rng.randrange(len(slots))])
         return bytes(seg.kmv[i * 16 : i * 16 + 16])
 
@@ -283,7 +338,7 @@ class HashIndex:
     def _states(self, seg: _Segment, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(is_sentinel, is_empty) for the slots at ``pos``."""
         v = seg.vals[pos]
-        sentinel = v[:, -1] == 0xFF
+        sentinel = v[:, -1] >= 0xFE
         return sentinel, sentinel & (v[:, 0] == 0xFF)
 
     def _probe_start(self, h: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
@@ -407,7 +462,7 @@ class HashIndex:
         """Rebuild segment ``s`` (dropping deleted slots) sized for ``live_hint`` keys."""
         old = self._segs[s]
         top = self.width - 1
-        live = np.flatnonzero(old.vals[:, top] != 0xFF)
+        live = np.flatnonzero(old.vals[:, top] < 0xFE)
         cap = next_prime(int(max(live_hint, len(live)) * GROWTH / MAX_LOAD) + 1)
         new = _Segment(cap, self.width)
         keys = old.keys[live]
@@ -417,12 +472,15 @@ class HashIndex:
         self._segs[s] = new  # one assignment: lock-free readers see old or new, never half
         return new
 
-    def fit(self) -> None:
-        """Rebuild segments left sparse or full of deleted slots (after a bulk load)."""
+    def fit(self, min_keys: int = 0) -> None:
+        """After a bulk load: rebuild segments full of deleted slots, or left sparse
+        (but keep room for ``min_keys`` keys, a caller's capacity hint)."""
+        floor = min_keys / NUM_SEGMENTS
         for s, seg in enumerate(self._segs):
-            sparse = seg.live < 0.75 * (MAX_LOAD / GROWTH) * seg.cap and seg.cap > MIN_SEGMENT_CAPACITY
+            want = max(seg.live, floor)
+            sparse = want < 0.75 * (MAX_LOAD / GROWTH) * seg.cap and seg.cap > MIN_SEGMENT_CAPACITY
             if sparse or seg.deleted > 0.05 * seg.cap:
-                self._rebuild(s, seg.live)
+                self._rebuild(s, int(want))
 
     # -- whole-index views ----------------------------------------------------
 
@@ -431,7 +489,7 @@ class HashIndex:
         ks, vs = [], []
         top = self.width - 1
         for seg in list(self._segs):
-            live = np.flatnonzero(seg.vals[:, top] != 0xFF)
+            live = np.flatnonzero(seg.vals[:, top] < 0xFE)
             ks.append(seg.keys[live])
             vs.append(self._decode(seg.vals[live]))
         return np.concatenate(ks), np.concatenate(vs)

@@ -37,7 +37,7 @@ class KeySet(MutableSet[bytes]):
     def __contains__(self, key: object) -> bool:
         if type(key) is not bytes or len(key) != 16:
             key = _check_key(key)
-        return self._index.get(key) >= 0  # type: ignore[arg-type]
+        return key in self._index
 
     def __len__(self) -> int:
         return len(self._index)
@@ -131,7 +131,7 @@ class KeyIntMap(MutableMapping[bytes, int]):
     def __contains__(self, key: object) -> bool:
         if type(key) is not bytes or len(key) != 16:
             key = _check_key(key)
-        return self._index.get(key) >= 0  # type: ignore[arg-type]
+        return key in self._index
 
     def __len__(self) -> int:
         return len(self._index)
@@ -156,7 +156,10 @@ class KeyIntMap(MutableMapping[bytes, int]):
 
     def put_many(self, keys: Any, values: Any) -> None:
         arr = _keys(keys)
-        vals = np.asarray(values, dtype=np.int64)
+        try:
+            vals = np.asarray(values, dtype=np.int64)
+        except OverflowError:
+            raise ValueError(f"values must be in 0..{self._index.max_value}") from None
         if len(vals) != len(arr):
             raise ValueError(f"put_many: {len(arr)} keys but {len(vals)} values")
         if len(vals) and (vals.min() < 0 or vals.max() > self._index.max_value):

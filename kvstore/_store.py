@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_VALUE_SIZE = 64 << 20
 DEFAULT_BUFFER_SIZE = 1 << 20
-DEFAULT_TAIL_CHECK_BYTES = 4 << 20
+DEFAULT_TAIL_CHECK_BYTES = 1 << 20  # a kill -9 tears at most the last flush (~buffer_size)
 # Reads past the mapped part of VAL use pread until this much is unmapped.
 _REMAP_SLACK = 8 << 20
 _OPEN_CHUNK = 1 << 20  # KEY records indexed per batch on open
@@ -174,7 +174,7 @@ class Store(MutableMapping[bytes, bytes]):
         for start in range(0, len(recs), _OPEN_CHUNK):
             chunk = recs[start : start + _OPEN_CHUNK]
             index.set_many(fmt.record_keys(chunk), chunk["off"])
-        index.fit()
+        index.fit(min_keys=capacity)
         files.remap(loaded.val_end)
         key_size = fmt.HEADER_SIZE + len(recs) * fmt.KEY_RECORD_SIZE
         return _Generation(files, index, loaded.val_end, key_size)
@@ -239,7 +239,9 @@ class Store(MutableMapping[bytes, bytes]):
     def __getitem__(self, key: bytes) -> bytes:
         if type(key) is not bytes or len(key) != fmt.KEY_SIZE:
             key = _check_key(key)
-        g = self._live()
+        g = self._g
+        if g is None:
+            g = self._live()  # raises StoreClosedError
         off = g.index.get(key)
         if off < 0:
             raise KeyError(key)
@@ -275,7 +277,10 @@ class Store(MutableMapping[bytes, bytes]):
     def __contains__(self, key: object) -> bool:
         if type(key) is not bytes or len(key) != fmt.KEY_SIZE:
             key = _check_key(key)
-        return self._live().index.get(key) >= 0  # type: ignore[arg-type]
+        g = self._g
+        if g is None:
+            g = self._live()
+        return key in g.index
 
     def __len__(self) -> int:
         return len(self._live().index)
@@ -320,7 +325,9 @@ class Store(MutableMapping[bytes, bytes]):
             value = self._check_value(value)
         header = _VAL_HEADER.pack(len(value), zlib.crc32(value))
         with self._lock:
-            g = self._writable()
+            g = self._g
+            if g is None or self.readonly:
+                g = self._writable()
             base, buf = g.wbuf
             off = base + len(buf)
             buf += header

@@ -1,0 +1,3 @@
+from kvstore.cli import main
+
+raise SystemExit(main())
