@@ -335,16 +335,14 @@ class HashIndex:
 
     # -- batch paths (vectorized per segment) --------------------------------
 
-    def _states(self, seg: _Segment, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(is_sentinel, is_empty) for the slots at ``pos``."""
-        v = seg.vals[pos]
-        sentinel = v[:, -1] >= 0xFE
-        return sentinel, sentinel & (v[:, 0] == 0xFF)
-
     def _probe_start(self, h: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
         pos = (h % np.uint64(cap)).astype(np.int64)
         step = (np.uint64(1) + (h >> np.uint64(_STEP_SHIFT)) % np.uint64(cap - 1)).astype(np.int64)
         return pos, step
+
+    # The batch loops keep one compact array per property of the keys still
+    # probing (position, step, key halves, batch index) and shrink them all
+    # with one mask per round; slot state and keys are read with 1-D gathers.
 
     def lookup_many(self, keys: np.ndarray, count_probes: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Return (values with -1 for absent, probes used) for an (n, 16) uint8 array."""
@@ -361,20 +359,29 @@ class HashIndex:
         h = hash_keys(keys)
         segid = (h >> np.uint64(_SEG_SHIFT)).astype(np.uint8)
         kw = keys.view(_U64).reshape(-1, 2)
+        w, top = self.width, self.width - 1
         for s, idx in _group(segid):
             seg = self._segs[s]
-            pos, step = self._probe_start(h[idx], seg.cap)
-            sk = seg.keys.view(_U64).reshape(-1, 2)
+            cap = seg.cap
+            flat_vals = seg.vals.reshape(-1)
+            flat_keys = seg.keys.view(_U64).reshape(-1)
+            pos, step = self._probe_start(h[idx], cap)
+            k0, k1 = kw[idx, 0], kw[idx, 1]
+            rounds = 0
             while len(idx):
-                probes[idx] += 1
-                sentinel, empty = self._states(seg, pos)
-                slot_keys = sk[pos]
-                match = ~sentinel & (slot_keys[:, 0] == kw[idx, 0]) & (slot_keys[:, 1] == kw[idx, 1])
+                rounds += 1
+                state = flat_vals[pos * w + top]
+                live = state < 0xFE
+                empty = ~live & (flat_vals[pos * w] == 0xFF)
+                match = live & (flat_keys[2 * pos] == k0) & (flat_keys[2 * pos + 1] == k1)
+                done = match | empty
+                if count_probes:
+                    probes[idx[done]] = rounds
                 if match.any():
                     out[idx[match]] = self._decode(seg.vals[pos[match]])
-                go = ~(match | empty)
-                idx, pos, step = idx[go], pos[go] + step[go], step[go]
-                pos[pos >= seg.cap] -= seg.cap
+                go = ~done
+                idx, pos, step, k0, k1 = idx[go], pos[go] + step[go], step[go], k0[go], k1[go]
+                pos[pos >= cap] -= cap
         return out, probes
 
     def _decode(self, raw: np.ndarray) -> np.ndarray:
@@ -416,47 +423,56 @@ class HashIndex:
                 self._rebuild(s, seg.live)
 
     def _insert_segment(self, seg: _Segment, keys: np.ndarray, h: np.ndarray, values: np.ndarray) -> None:
-        """Vectorized insert of keys ordered latest first into one segment."""
+        """Vectorized insert into one segment of keys ordered latest first.
+
+        A key takes the first EMPTY slot of its probe sequence, or its own slot
+        if present (live or deleted). When several keys reach one slot in a
+        round, the lowest batch position (the latest record) wins; a key that
+        then finds its own key claimed by a later record is an older
+        duplicate and is dropped. Deleted slots of other keys are not reused
+        here (the single-key path reuses them), so no key can end up twice.
+        """
         m = len(keys)
-        kw = keys.view(_U64).reshape(-1, 2)
-        sk = seg.keys.view(_U64).reshape(-1, 2)
-        pos, step = self._probe_start(h, seg.cap)
-        order = np.arange(m, dtype=np.int64)
-        claim = np.full(seg.cap, m, dtype=np.int64)  # batch position that claimed a slot this call
-        encoded = self._encode(np.where(values < 0, 0, values))
-        is_delete = values < 0
+        cap, w, top = seg.cap, self.width, self.width - 1
+        flat_vals = seg.vals.reshape(-1)
+        flat_keys = seg.keys.view(_U64).reshape(-1)
+        encoded = self._encode(np.maximum(values, 0))
         deleted_raw = np.frombuffer(self._deleted, dtype=np.uint8)
-        pend = order
-        while len(pend):
-            p = pos[pend]
-            sentinel, empty = self._states(seg, p)
-            slot_keys = sk[p]
-            same = ~empty & (slot_keys[:, 0] == kw[pend, 0]) & (slot_keys[:, 1] == kw[pend, 1])
-            unclaimed = claim[p] == m
+        claim = np.full(cap, m, dtype=np.int64)  # batch position that took a slot in this call
+        kw = keys.view(_U64).reshape(-1, 2)
+        pos, step = self._probe_start(h, cap)
+        idx = np.arange(m, dtype=np.int64)
+        k0, k1 = kw[:, 0].copy(), kw[:, 1].copy()
+        while len(idx):
+            state = flat_vals[pos * w + top]
+            live = state < 0xFE
+            empty = ~live & (flat_vals[pos * w] == 0xFF)
+            same = ~empty & (flat_keys[2 * pos] == k0) & (flat_keys[2 * pos + 1] == k1)
+            unclaimed = claim[pos] == m
             cand = empty | (same & unclaimed)
-            drop = same & ~unclaimed  # a later record of this key already took the slot
+            finished = same & ~unclaimed  # an older duplicate: drop it
             if cand.any():
-                cp, ci = p[cand], pend[cand]
+                cp, ci = pos[cand], idx[cand]
                 np.minimum.at(claim, cp, ci)
                 won = claim[cp] == ci
                 wp, wi = cp[won], ci[won]
+                was_live = live[cand][won]
                 was_empty = empty[cand][won]
-                was_live = ~sentinel[cand][won]
-                dele = is_delete[wi]
-                seg.keys[wp] = keys[wi]
-                vals = np.where(dele[:, None], deleted_raw[None, :], encoded[wi])
-                seg.vals[wp] = vals
-                seg.live += int(np.count_nonzero(~dele)) - int(np.count_nonzero(was_live))
-                seg.deleted += int(np.count_nonzero(dele)) - int(np.count_nonzero(~was_empty & ~was_live))
-                finished = np.zeros(len(pend), dtype=bool)
-                finished[np.flatnonzero(cand)[won]] = True
-            else:
-                finished = np.zeros(len(pend), dtype=bool)
-            advance = ~cand & ~drop
-            adv = pend[advance]
-            pos[adv] += step[adv]
-            pos[adv] -= np.where(pos[adv] >= seg.cap, seg.cap, 0)
-            pend = pend[~(finished | drop)]
+                dele = values[wi] < 0
+                seg.keys[wp] = keys[wi]  # keys before values: the value makes a slot live
+                seg.vals[wp] = np.where(dele[:, None], deleted_raw[None, :], encoded[wi])
+                n_dele = int(np.count_nonzero(dele))
+                seg.live += len(wi) - n_dele - int(np.count_nonzero(was_live))
+                seg.deleted += n_dele - int(np.count_nonzero(~was_empty & ~was_live))
+                taken = np.zeros(len(idx), dtype=bool)
+                taken[np.flatnonzero(cand)[won]] = True
+                finished |= taken
+            # Losers of a contest stay on their slot for the next round; others move on.
+            advance = ~cand & ~finished
+            pos = np.where(advance, pos + step, pos)
+            pos[pos >= cap] -= cap
+            keep = ~finished
+            idx, pos, step, k0, k1 = idx[keep], pos[keep], step[keep], k0[keep], k1[keep]
 
     def _rebuild(self, s: int, live_hint: int) -> _Segment:
         """Rebuild segment ``s`` (dropping deleted slots) sized for ``live_hint`` keys."""
