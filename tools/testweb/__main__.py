@@ -1,0 +1,3 @@
+from tools.testweb.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""What the site answers at one URL: the single description both the HTTP
+server (which sends it) and the oracle (which reasons about it) read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .faults import Fault
+
+HTML = "text/html; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    status: int
+    # For the oracle: canonical URLs a correct crawler extracts from the body
+    # (empty unless it is a parsed HTML page), and the canonical redirect target.
+    links: tuple[str, ...] = ()
+    location: str | None = None
+    html: bool = True  # a correct crawler parses it for links (by Content-Type)
+    nofollow: bool = False  # meta robots / X-Robots-Tag nofollow
+    noindex: bool = False
+    fault: str | None = None  # the fault kind that shaped this answer
+    retries: int = 0  # 429/503 answers sent before the real one (-1: forever)
+    # For the server.
+    content_type: str | None = HTML
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes | None = None  # None: a generated page, rendered from ``page``
+    raw_location: str | None = None  # the Location header as sent (may be relative)
+    page: int | None = None
+    delivery: Fault | None = None  # a response fault the server applies while sending
+
+    def but(self, **changes: object) -> Node:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def text_node(status: int, text: str, *, fault: str | None = None) -> Node:
+    """A small link-free page (404s, 500s, leaves)."""
+    body = (
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+        f"<title>{status}</title></head><body><p>{text}</p></body></html>\n"
+    ).encode()
+    return Node(status, body=body, fault=fault)
+
+
+NOT_FOUND = text_node(404, "Not found.")

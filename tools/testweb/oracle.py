@@ -1,0 +1,210 @@
+"""The oracle: what a correct crawler fetches, computed from the site, not a crawl.
+
+Theory of operation: a breadth-first walk over ``Site.lookup`` answers.
+A URL goes through the checks a crawler makes, in this order: scheme
+(http/https only), scope, URL length, depth, then its host (DNS answer,
+connection, certificate), then robots.txt, and only then it is fetched. A
+fetched HTML page with status 200 contributes its links at depth + 1 (not
+when it says nofollow and robots are obeyed); a redirect contributes its
+Location at the same depth (or + 1, see ``redirects_add_depth``) and one
+more redirect hop, up to ``max_redirects`` hops in a row.
+
+A URL is fetched if *some* path of links reaches it within the limits (the
+walk keeps every non-dominated (depth, hops) label per URL), which is what a
+breadth-first crawler that tracks the smallest depth of a URL gets.
+
+Assumptions about the crawler, each a documented choice:
+- links are taken only from ``text/html`` / XHTML responses with status 200;
+- 429/503 with Retry-After are retried until the real page comes (the
+  fault's ``times``); slow first bytes and slow robots.txt are waited out;
+- robots.txt: 4xx = allow all, 5xx = disallow all (RFC 9309), fetched once
+  per host that has an admitted URL; meta robots / X-Robots-Tag ``nofollow``
+  is obeyed together with robots.txt (``obey_robots``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .model import Node
+from .site import ROBOTS, Site
+from .urls import normalize, split
+
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+DEFAULT_MAX_REDIRECTS = 10
+DEFAULT_LIMIT = 1_000_000  # fetched URLs before the walk calls the site infinite
+
+Scope = Collection[str] | Callable[[str], bool] | None
+
+
+class InfiniteSiteError(RuntimeError):
+    """The walk passed ``limit`` URLs: a spider trap without ``max_depth``."""
+
+
+@dataclass(frozen=True)
+class CrawlResult:
+    """Everything a correct crawl does, as canonical URLs."""
+
+    fetched: frozenset[str]  # requested and answered over HTTP (any status)
+    robots: frozenset[str]  # robots.txt URLs requested (obey_robots only)
+    unreachable: frozenset[str]  # admitted, but the host gives no HTTP answer
+    blocked: frozenset[str]  # disallowed by robots.txt
+    out_of_scope: frozenset[str]
+    too_deep: frozenset[str]
+    too_long: frozenset[str]
+    redirect_limit: frozenset[str]  # redirect targets past max_redirects hops
+    depth: Mapping[str, int]  # smallest depth of each fetched URL
+    status: Mapping[str, int]  # final status of each fetched URL
+    faults: Mapping[str, str]  # fetched URL -> the fault kind it shows
+    retries: Mapping[str, int]  # fetched URL -> 429/503 answers before the real one
+    noindex: frozenset[str]  # fetched pages that say noindex
+    crawl_delay: Mapping[str, float] = field(default_factory=dict)  # host -> Crawl-delay
+
+    @property
+    def requests(self) -> frozenset[str]:
+        """Every URL the server sees at least once: pages plus robots.txt."""
+        return self.fetched | self.robots
+
+
+class Oracle:
+    """Answers questions about a :class:`Site`. Thread-safe (it keeps no state)."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+
+    def describe(self, url: str) -> Node | None:
+        """The Node served at ``url``; None if no server of the site answers it."""
+        where = self.site.served_by(url)
+        if where is None:
+            return None
+        host, target = where
+        return self.site.lookup(host.name, target)
+
+    def crawl(
+        self,
+        seeds: Iterable[str] | None = None,
+        *,
+        obey_robots: bool = True,
+        scope: Scope = None,
+        max_depth: int | None = None,
+        max_redirects: int = DEFAULT_MAX_REDIRECTS,
+        max_url_length: int | None = None,
+        redirects_add_depth: bool = False,
+        user_agent: str = "*",
+        limit: int = DEFAULT_LIMIT,
+    ) -> CrawlResult:
+        """The URLs a correct crawler fetches from ``seeds`` (default: the site's seed URL).
+
+        ``scope`` is None (everything), a collection of host names, or a
+        predicate on canonical URLs; seeds are checked like any other URL.
+        """
+        in_scope = _scope(scope)
+        site = self.site
+        labels: dict[str, list[tuple[int, int]]] = {}
+        queue: deque[tuple[str, int, int]] = deque()
+
+        def push(url: str, depth: int, hops: int, front: bool = False) -> None:
+            have = labels.setdefault(url, [])
+            if any(d <= depth and h <= hops for d, h in have):
+                return
+            have[:] = [(d, h) for d, h in have if not (depth <= d and hops <= h)]
+            have.append((depth, hops))
+            (queue.appendleft if front else queue.append)((url, depth, hops))
+
+        fetched: dict[str, int] = {}
+        status: dict[str, int] = {}
+        faults: dict[str, str] = {}
+        retries: dict[str, int] = {}
+        robots: set[str] = set()
+        crawl_delay: dict[str, float] = {}
+        sets: dict[str, set[str]] = {k: set() for k in
+                                     ("unreach", "blocked", "scope", "deep", "long", "redir")}
+        noindex: set[str] = set()
+        for seed in seeds if seeds is not None else [site.seed_url]:
+            canon = normalize(seed)
+            if canon is None:
+                raise ValueError(f"seed {seed!r} is not an http(s) URL")
+            push(canon, 0, 0)
+        while queue:
+            url, depth, hops = queue.popleft()
+            if not in_scope(url):
+                sets["scope"].add(url)
+                continue
+            if max_url_length is not None and len(url) > max_url_length:
+                sets["long"].add(url)
+                continue
+            if max_depth is not None and depth > max_depth:
+                sets["deep"].add(url)
+                continue
+            where = site.served_by(url)
+            if where is None or not where[0].reachable:
+                sets["unreach"].add(url)
+                continue
+            host, target = where
+            if obey_robots:
+                origin = site.origin(host.name)
+                robots.add(origin + ROBOTS)
+                rules = site.robots_rules(host.name, user_agent)
+                if rules.crawl_delay is not None:
+                    crawl_delay[host.name] = rules.crawl_delay
+                if not rules.allowed(target):
+                    sets["blocked"].add(url)
+                    continue
+            if url in fetched:
+                fetched[url] = min(fetched[url], depth)
+            else:
+                fetched[url] = depth
+                if len(fetched) > limit:
+                    raise InfiniteSiteError(
+                        f"more than {limit} URLs: a spider trap is reachable; set max_depth"
+                    )
+            node = site.lookup(host.name, target)
+            status[url] = node.status
+            if node.fault:
+                faults[url] = node.fault
+            if node.retries:
+                retries[url] = node.retries
+            if node.noindex:
+                noindex.add(url)
+            if node.status in REDIRECTS and node.location is not None:
+                if hops + 1 > max_redirects:
+                    sets["redir"].add(node.location)
+                else:
+                    add = 1 if redirects_add_depth else 0
+                    push(node.location, depth + add, hops + 1, front=not add)
+            elif node.status == 200 and node.html and not (obey_robots and node.nofollow):
+                for link in node.links:
+                    push(link, depth + 1, 0)
+        done = set(fetched)
+        return CrawlResult(
+            fetched=frozenset(done),
+            robots=frozenset(robots),
+            unreachable=frozenset(sets["unreach"] - done),
+            blocked=frozenset(sets["blocked"] - done),
+            out_of_scope=frozenset(sets["scope"]),
+            too_deep=frozenset(sets["deep"] - done),
+            too_long=frozenset(sets["long"]),
+            redirect_limit=frozenset(sets["redir"] - done),
+            depth=fetched,
+            status=status,
+            faults=faults,
+            retries=retries,
+            noindex=frozenset(noindex),
+            crawl_delay=crawl_delay,
+        )
+
+
+def _scope(scope: Scope) -> Callable[[str], bool]:
+    if scope is None:
+        return lambda url: True
+    if callable(scope):
+        return scope
+    hosts = {scope.lower()} if isinstance(scope, str) else {h.lower() for h in scope}
+
+    def in_hosts(url: str) -> bool:
+        t = split(url)
+        return t is not None and t.host in hosts
+
+    return in_hosts
