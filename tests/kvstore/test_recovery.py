@@ -1,0 +1,502 @@
+"""Recovery on open: torn tails at every byte, bit flips, bad headers, wrong paths, no permission.
+
+The expected state is always computed from the list of operations that built
+the store and from the documented layout (docs/FORMAT.md), never from the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import subprocess
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import kvstore
+from kvstore.exceptions import (
+    CorruptStoreError,
+    NotAStoreError,
+    UnsupportedVersionError,
+)
+
+HEADER = 24
+KREC = 24
+VHDR = 8
+
+
+def k(i: int | str) -> bytes:
+    return kvstore.md5_key(str(i))
+
+
+def val(i: int, n: int) -> bytes:
+    return bytes((i * 31 + j * 7) % 251 for j in range(n))
+
+
+@dataclass(frozen=True)
+class Op:
+    key: bytes
+    value: bytes | None  # None: delete
+
+
+def build_ops() -> list[Op]:
+    """30 operations: puts of varied length, overwrites, tombstones, empty values, a revival."""
+    ops = [Op(k(j % 10), val(j, (j * 53) % 230 + 1)) for j in range(20)]
+    ops += [
+        Op(k(3), None),
+        Op(k(10), b""),
+        Op(k(5), None),
+        Op(k(3), val(3, 77)),  # revived after its tombstone
+        Op(k(11), val(11, 60)),
+        Op(k(10), None),  # tombstone of an empty value
+        Op(k(0), b""),  # overwrite with an empty value
+        Op(k(12), val(12, 100)),
+        Op(k(11), None),
+        Op(k(13), val(13, 120)),
+    ]
+    assert len(ops) == 30
+    return ops
+
+
+OPS = build_ops()
+
+
+def val_offsets(ops: list[Op]) -> list[int | None]:
+    """The VAL record offset of each put (None for deletes), from the layout alone."""
+    out: list[int | None] = []
+    pos = HEADER
+    for op in ops:
+        if op.value is None:
+            out.append(None)
+        else:
+            out.append(pos)
+            pos += VHDR + len(op.value)
+    return out
+
+
+OFFSETS = val_offsets(OPS)
+VAL_SIZE = HEADER + sum(VHDR + len(op.value) for op in OPS if op.value is not None)
+KEY_SIZE_BYTES = HEADER + KREC * len(OPS)
+
+
+def state_after(ops: list[Op]) -> dict[bytes, bytes]:
+    model: dict[bytes, bytes] = {}
+    for op in ops:
+        if op.value is None:
+            model.pop(op.key, None)
+        else:
+            model[op.key] = op.value
+    return model
+
+
+def kept_after_key_cut(t: int) -> int:
+    """Operations that survive truncating the KEY file to t bytes."""
+    return min(len(OPS), max(0, (t - HEADER) // KREC))
+
+
+def kept_after_val_cut(t: int) -> int:
+    """Operations before the first put whose value record does not fit in t bytes of VAL."""
+    for i, (op, off) in enumerate(zip(OPS, OFFSETS, strict=True)):
+        if op.value is not None and off is not None and off + VHDR + len(op.value) > t:
+            return i
+    return len(OPS)
+
+
+def data_pair(path: Path) -> tuple[Path, Path]:
+    keys = sorted(path.glob("data-*.key"))
+    vals = sorted(path.glob("data-*.val"))
+    assert len(keys) == 1 and len(vals) == 1, (keys, vals)
+    return keys[0], vals[0]
+
+
+def assert_holds(db: kvstore.Store, expected: dict[bytes, bytes]) -> None:
+    assert len(db) == len(expected)
+    assert set(db) == set(expected)
+    for key, value in expected.items():
+        assert db[key] == value
+    for i in range(15):  # every key the operations ever touched
+        if k(i) not in expected:
+            assert k(i) not in db
+            with pytest.raises(KeyError):
+                db[k(i)]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The store OPS builds, closed cleanly; its files checked against the layout."""
+    path = tmp_path_factory.mktemp("pristine") / "store"
+    with kvstore.open(path) as db:
+        for op in OPS:
+            if op.value is None:
+                del db[op.key]
+            else:
+                db[op.key] = op.value
+    key_file, val_file = data_pair(path)
+    kb, vb = key_file.read_bytes(), val_file.read_bytes()
+    assert len(kb) == KEY_SIZE_BYTES and len(vb) == VAL_SIZE
+    for i, (op, off) in enumerate(zip(OPS, OFFSETS, strict=True)):
+        rec_key, rec_off = struct.unpack_from("<16sq", kb, HEADER + KREC * i)
+        assert rec_key == op.key
+        assert rec_off == (-1 if off is None else off)
+        if op.value is not None and off is not None:
+            assert vb[off : off + VHDR] == struct.pack("<II", len(op.value), zlib.crc32(op.value))
+            assert vb[off + VHDR : off + VHDR + len(op.value)] == op.value
+    return path
+
+
+def torn_copy(pristine: Path, dest: Path, which: str, t: int) -> tuple[Path, bytes]:
+    """Copy the store to dest, cut its KEY or VAL file to t bytes; return (file, its bytes)."""
+    shutil.copytree(pristine, dest)
+    key_file, val_file = data_pair(dest)
+    target = key_file if which == "key" else val_file
+    os.truncate(target, t)
+    return target, target.read_bytes()
+
+
+# The cut positions: every byte within the last 3 KEY records, and within the last 4 VAL records.
+KEY_CUTS = range(KEY_SIZE_BYTES - 3 * KREC, KEY_SIZE_BYTES + 1)
+_LAST_PUTS = [off for off in OFFSETS if off is not None][-4:]
+VAL_CUTS = range(_LAST_PUTS[0], VAL_SIZE + 1)
+
+
+def expected_kept(which: str, t: int) -> int:
+    return kept_after_key_cut(t) if which == "key" else kept_after_val_cut(t)
+
+
+class TestTornTail:
+    def test_cut_ranges_cover_tombstones_and_empty_values(self) -> None:
+        key_ops = {kept_after_key_cut(t) for t in KEY_CUTS}
+        assert key_ops == {27, 28, 29, 30}
+        assert any(OPS[i].value is None for i in range(27, 30))
+        val_ops = {kept_after_val_cut(t) for t in VAL_CUTS}
+        assert len(val_ops) == 5
+        assert any(op.value == b"" for op in OPS[min(val_ops) :])
+        assert any(op.value is None for op in OPS[min(val_ops) :])
+
+    @pytest.mark.parametrize("which", ["key", "val"])
+    def test_writer_open_recovers_the_prefix_and_keeps_working(
+        self, pristine: Path, tmp_path: Path, which: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        pristine_key = data_pair(pristine)[0].read_bytes()
+        cuts = KEY_CUTS if which == "key" else VAL_CUTS
+        for t in cuts:
+            n = expected_kept(which, t)
+            expected = state_after(OPS[:n])
+            dest = tmp_path / f"{which}{t}"
+            torn_copy(pristine, dest, which, t)
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="kvstore"), kvstore.open(dest) as db:
+                assert_holds(db, expected)
+                key_file, _ = data_pair(dest)
+                assert key_file.stat().st_size == HEADER + KREC * n, f"cut {which} at {t}"
+                # New writes after recovery, including one to a key whose record was cut.
+                db[k(100)] = b"after-recovery"
+                db[k(13)] = b"rewritten"
+                if k(1) in expected:
+                    del db[k(1)]
+            dropped = pristine_key[HEADER + KREC * n : t if which == "key" else None]
+            if dropped:
+                warned = [
+                    r
+                    for r in caplog.records
+                    if r.name.startswith("kvstore") and r.levelno >= logging.WARNING
+                ]
+                assert warned, f"dropping records at cut {which}={t} was not logged"
+                saved = [p.read_bytes() for p in (dest / "recovered").rglob("*") if p.is_file()]
+                assert any(dropped in data for data in saved), (
+                    f"cut KEY bytes not kept in recovered/ ({which}={t})"
+                )
+            expected2 = dict(expected)
+            expected2[k(100)] = b"after-recovery"
+            expected2[k(13)] = b"rewritten"
+            expected2.pop(k(1), None)
+            with kvstore.open(dest) as db:
+                assert_holds(db, expected2)
+                assert db.verify() == []
+            with kvstore.open(dest, readonly=True) as ro:
+                assert_holds(ro, expected2)
+            shutil.rmtree(dest)
+
+    @pytest.mark.parametrize("which", ["key", "val"])
+    def test_readonly_open_ignores_the_torn_tail(
+        self, pristine: Path, tmp_path: Path, which: str
+    ) -> None:
+        cuts = KEY_CUTS if which == "key" else VAL_CUTS
+        for t in cuts:
+            expected = state_after(OPS[: expected_kept(which, t)])
+            dest = tmp_path / f"{which}{t}"
+            target, torn = torn_copy(pristine, dest, which, t)
+            other = data_pair(dest)[1 if which == "key" else 0]
+            other_bytes = other.read_bytes()
+            with kvstore.open(dest, readonly=True) as ro:
+                assert_holds(ro, expected)
+            assert target.read_bytes() == torn, "a readonly open changed a file"
+            assert other.read_bytes() == other_bytes, "a readonly open changed a file"
+            assert not (dest / "recovered").exists()
+            shutil.rmtree(dest)
+
+
+def flip(path: Path, byte: int, bit: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(byte)
+        b = f.read(1)[0]
+        f.seek(byte)
+        f.write(bytes([b ^ (1 << bit)]))
+
+
+# The bit-flip store: 40 keys written once each (so each VAL record has exactly one
+# KEY record), then 16 KiB of later records, so the damaged one is well outside the
+# VAL tail that open checks when tail_check_bytes is small.
+FLIP_KEYS = [k(f"flip{i}") for i in range(40)]
+FLIP_VALS = [val(i, 24 + i) for i in range(40)]
+FILLER = [(k(f"fill{i}"), val(i, 1000)) for i in range(16)]
+VICTIM = 7
+TAIL = 4096
+
+
+@pytest.fixture(scope="module")
+def flip_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[bytes, bytes], int]:
+    """(store path, its full contents, VAL offset of the victim's record)."""
+    path = tmp_path_factory.mktemp("flips") / "store"
+    with kvstore.open(path) as db:
+        for key, value in zip(FLIP_KEYS, FLIP_VALS, strict=True):
+            db[key] = value
+        for key, value in FILLER:
+            db[key] = value
+    contents = dict(zip(FLIP_KEYS, FLIP_VALS, strict=True)) | dict(FILLER)
+    offset = HEADER + sum(VHDR + len(x) for x in FLIP_VALS[:VICTIM])
+    _, val_file = data_pair(path)
+    vb = val_file.read_bytes()
+    assert vb[offset + VHDR : offset + VHDR + len(FLIP_VALS[VICTIM])] == FLIP_VALS[VICTIM]
+    assert len(vb) - offset > 3 * TAIL
+    return path, contents, offset
+
+
+def assert_only_victim_damaged(
+    db: kvstore.Store, contents: dict[bytes, bytes], offset: int, what: str
+) -> None:
+    victim = FLIP_KEYS[VICTIM]
+    damage = db.verify()
+    assert len(damage) == 1, f"{what}: {damage}"
+    assert damage[0].key == victim, what
+    assert damage[0].offset == offset, what
+    assert isinstance(damage[0].reason, str) and damage[0].reason
+    with pytest.raises(CorruptStoreError):
+        db[victim]
+    with pytest.raises(CorruptStoreError):
+        db.get(victim)
+    assert len(db) == len(contents)
+    for key, value in contents.items():
+        if key != victim:
+            assert db[key] == value, what
+
+
+class TestBitFlips:
+    def test_every_bit_of_a_value_and_its_record_header(
+        self, flip_store: tuple[Path, dict[bytes, bytes], int], tmp_path: Path
+    ) -> None:
+        src, contents, offset = flip_store
+        dest = tmp_path / "store"
+        shutil.copytree(src, dest)
+        _, val_file = data_pair(dest)
+        pristine = val_file.read_bytes()
+        end = offset + VHDR + len(FLIP_VALS[VICTIM])
+        for byte in range(offset, end):  # length, crc, then every value byte
+            for bit in range(8):
+                flip(val_file, byte, bit)
+                what = f"VAL byte {byte - offset} of the record, bit {bit}"
+                with kvstore.open(dest, readonly=True, tail_check_bytes=TAIL) as ro:
+                    assert_only_victim_damaged(ro, contents, offset, what)
+                flip(val_file, byte, bit)
+        assert val_file.read_bytes() == pristine
+
+    @pytest.mark.parametrize("where", ["length", "crc", "value"])
+    def test_writer_open_with_damaged_record(
+        self, flip_store: tuple[Path, dict[bytes, bytes], int], tmp_path: Path, where: str
+    ) -> None:
+        src, contents, offset = flip_store
+        dest = tmp_path / "store"
+        shutil.copytree(src, dest)
+        _, val_file = data_pair(dest)
+        byte = {"length": offset + 1, "crc": offset + 6, "value": offset + VHDR + 3}[where]
+        flip(val_file, byte, 5)
+        with kvstore.open(dest, tail_check_bytes=TAIL) as db:
+            assert_only_victim_damaged(db, contents, offset, where)
+            db[k("new")] = b"new"
+        with kvstore.open(dest, tail_check_bytes=TAIL) as db:
+            assert_only_victim_damaged(db, contents | {k("new"): b"new"}, offset, where)
+            # Overwriting the damaged key makes it readable again.
+            db[FLIP_KEYS[VICTIM]] = b"healed"
+            assert db[FLIP_KEYS[VICTIM]] == b"healed"
+
+    @pytest.mark.parametrize("readonly", [False, True])
+    def test_damage_in_the_tail_drops_it_and_everything_after(
+        self, flip_store: tuple[Path, dict[bytes, bytes], int], tmp_path: Path, readonly: bool
+    ) -> None:
+        src, contents, _ = flip_store
+        dest = tmp_path / "store"
+        shutil.copytree(src, dest)
+        _, val_file = data_pair(dest)
+        # Damage the third-last filler value: it and the two after it are dropped.
+        size = val_file.stat().st_size
+        third_last = size - 3 * (VHDR + 1000)
+        flip(val_file, third_last + VHDR + 500, 0)
+        expected = dict(zip(FLIP_KEYS, FLIP_VALS, strict=True)) | dict(FILLER[:-3])
+        with kvstore.open(dest, readonly=readonly, tail_check_bytes=2 * TAIL) as db:
+            assert {key: db[key] for key in db} == expected
+            for key, _ in FILLER[-3:]:
+                assert key not in db
+        if not readonly:
+            with kvstore.open(dest) as db:
+                assert db.verify() == []
+                assert len(db) == len(expected)
+                db[FILLER[-1][0]] = b"again"
+            with kvstore.open(dest, readonly=True) as ro:
+                assert ro[FILLER[-1][0]] == b"again"
+                assert ro.verify() == []
+
+
+class TestBadHeaders:
+    @pytest.mark.parametrize("which", ["key", "val"])
+    def test_bit_flips_in_magic_are_refused(
+        self, pristine: Path, tmp_path: Path, which: str
+    ) -> None:
+        dest = tmp_path / "store"
+        shutil.copytree(pristine, dest)
+        target = data_pair(dest)[0 if which == "key" else 1]
+        before = {p.name: p.read_bytes() for p in dest.iterdir() if p.is_file()}
+        for byte in range(8):
+            for bit in range(8):
+                flip(target, byte, bit)
+                for readonly in (False, True):
+                    with pytest.raises(CorruptStoreError) as info:
+                        kvstore.open(dest, readonly=readonly)
+                    assert not isinstance(info.value, UnsupportedVersionError)
+                    assert Path(info.value.path).name == target.name
+                flip(target, byte, bit)
+        after = {p.name: p.read_bytes() for p in dest.iterdir() if p.is_file()}
+        assert after == before, "a refused open changed the store"
+        # A refused writer open released its lock: the repaired store opens for writing.
+        with kvstore.open(dest) as db:
+            assert_holds(db, state_after(OPS))
+
+    @pytest.mark.parametrize("which", ["key", "val"])
+    def test_bit_flips_in_version(self, pristine: Path, tmp_path: Path, which: str) -> None:
+        dest = tmp_path / "store"
+        shutil.copytree(pristine, dest)
+        target = data_pair(dest)[0 if which == "key" else 1]
+        for bit in range(32):
+            flip(target, 8 + bit // 8, bit % 8)
+            version = struct.unpack_from("<I", target.read_bytes(), 8)[0]
+            for readonly in (False, True):
+                with pytest.raises(CorruptStoreError) as info:
+                    kvstore.open(dest, readonly=readonly)
+                if version > 1:
+                    assert isinstance(info.value, UnsupportedVersionError), version
+            flip(target, 8 + bit // 8, bit % 8)
+        with kvstore.open(dest) as db:
+            assert_holds(db, state_after(OPS))
+
+    @pytest.mark.parametrize("which", ["key", "val"])
+    @pytest.mark.parametrize("readonly", [False, True])
+    def test_version_99_is_unsupported(
+        self, pristine: Path, tmp_path: Path, which: str, readonly: bool
+    ) -> None:
+        dest = tmp_path / "store"
+        shutil.copytree(pristine, dest)
+        target = data_pair(dest)[0 if which == "key" else 1]
+        data = bytearray(target.read_bytes())
+        struct.pack_into("<I", data, 8, 99)
+        target.write_bytes(bytes(data))
+        with pytest.raises(UnsupportedVersionError) as info:
+            kvstore.open(dest, readonly=readonly)
+        assert isinstance(info.value, CorruptStoreError)
+        assert Path(info.value.path).name == target.name
+        assert target.read_bytes() == bytes(data)
+
+    @pytest.mark.parametrize("readonly", [False, True])
+    def test_path_that_is_a_regular_file(self, tmp_path: Path, readonly: bool) -> None:
+        path = tmp_path / "file"
+        path.write_bytes(b"KVSTKEY\n" + bytes(100))
+        with pytest.raises(NotAStoreError):
+            kvstore.open(path, readonly=readonly)
+
+
+# Permission checks run in a child: as root, the kernel ignores file modes unless
+# the process gives up CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH, which the child
+# does (staying uid 0, so it can still reach pytest's 0700 temp directories).
+PERMISSION_CHILD = r"""
+import ctypes, os, sys
+if os.geteuid() == 0:
+    libc = ctypes.CDLL(None, use_errno=True)
+    class Hdr(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+    hdr = Hdr(0x20080522, 0)
+    data = (Data * 2)()
+    if libc.capget(ctypes.byref(hdr), data) == 0:
+        mask = ~((1 << 1) | (1 << 2)) & 0xFFFFFFFF  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        for field in ("effective", "permitted", "inheritable"):
+            setattr(data[0], field, getattr(data[0], field) & mask)
+        libc.capset(ctypes.byref(hdr), data)
+probe, store, readonly = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+try:
+    if os.path.isdir(probe):
+        os.listdir(probe)
+    else:
+        open(probe, "rb").close()
+    print("PERMISSIONS-NOT-ENFORCED")
+    sys.exit(0)
+except PermissionError:
+    pass
+import kvstore
+from kvstore.exceptions import StorePermissionError
+try:
+    kvstore.open(store, readonly=readonly).close()
+    print("OPENED")
+except StorePermissionError:
+    print("StorePermissionError")
+except BaseException as exc:
+    print("OTHER", repr(exc))
+"""
+
+
+class TestPermissions:
+    @pytest.mark.parametrize("readonly", [False, True])
+    @pytest.mark.parametrize("what", ["directory", "val-file", "key-file"])
+    def test_no_permission(
+        self,
+        pristine: Path,
+        tmp_path: Path,
+        child_env: dict[str, str],
+        python: str,
+        what: str,
+        readonly: bool,
+    ) -> None:
+        dest = tmp_path / "store"
+        shutil.copytree(pristine, dest)
+        key_file, val_file = data_pair(dest)
+        target = {"directory": dest, "val-file": val_file, "key-file": key_file}[what]
+        target.chmod(0)
+        try:
+            out = subprocess.run(
+                [python, "-c", PERMISSION_CHILD, str(target), str(dest), "1" if readonly else "0"],
+                env=child_env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            target.chmod(0o755 if what == "directory" else 0o644)
+        assert out.returncode == 0, out.stderr
+        if out.stdout.strip() == "PERMISSIONS-NOT-ENFORCED":
+            pytest.skip("this environment cannot drop the capabilities that bypass file modes")
+        assert out.stdout.strip() == "StorePermissionError", out.stdout + out.stderr
+        with kvstore.open(dest) as db:
+            assert_holds(db, state_after(OPS))
