@@ -1,0 +1,1 @@
+"""crawler: a single-PC web crawler on kvstore (see DESIGN.md section 4)."""

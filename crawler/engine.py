@@ -1,0 +1,392 @@
+"""The crawl loop: a feeder, a committer and a pool of worker threads.
+
+Theory of operation
+-------------------
+The *feeder* (the main thread) claims random bulks from the frontier while the
+scheduler has room, and offers each URL to its host's wait list (a URL whose
+host list is full goes back to PendDB). *Workers* (``threads`` of them, small
+stacks) take the next URL whose host may be contacted, run it through the
+checks (per-host page limit, BadHosts, DNS, robots.txt), fetch it, turn the
+response into a page record and the links worth admitting, and submit that
+Outcome. The *committer* writes outcomes in the frontier's crash-safe order.
+
+A URL ends as exactly one recorded outcome (a page, a redirect, an HTTP error,
+or a failure reason) or goes back to PendDB to be tried later (a transient
+error within its retry budget, a robots.txt that cannot be read yet).
+
+Stopping: the feeder stops claiming, waiting URLs are dropped from memory
+(their bulks stay live in PendDB), workers finish their fetch, the committer
+writes everything, the stores close. A kill -9 at any point loses at most the
+URLs in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import kvstore
+
+from . import status as status_mod
+from .config import CrawlerConfig, Scope
+from .dnscache import DNSCache
+from .exceptions import CrawlerError, DNSError, FetchError, URLError
+from .fetch import Fetcher, FetchResult, parse_retry_after
+from .frontier import Claimed, Frontier, Outcome
+from .links import extract, is_html, robots_directives
+from .pages import PageRecord, Pending, encode_page
+from .politeness import HostSlot, Scheduler
+from .robots import RobotsCache, RobotsRules, product_token, robots_key, robots_url
+from .urls import host_key, normalize, origin, url_key
+
+log = logging.getLogger(__name__)
+
+# Failures that say the host itself is unreachable: it goes to BadHosts.
+_HOST_FAILURES = {"connect_refused", "connect_timeout"}
+# Failures that no retry of robots.txt will cure: the URL fails with the same reason.
+_UNREACHABLE = _HOST_FAILURES | {"tls"}
+# Failures worth another try later (within the retry budget).
+_TRANSIENT = {"read_timeout", "total_timeout", "reset", "protocol", "connect_timeout"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    outcome: Outcome | None  # None: the URL went back to its host's wait list
+    not_before: float = 0.0  # monotonic time before which the host is not contacted again
+
+
+class Engine:
+    """One crawl over one data directory. ``run()`` blocks until done or stopped."""
+
+    def __init__(self, config: CrawlerConfig) -> None:
+        self.config = config
+        self.scope = Scope(config)
+        self.frontier = Frontier(config.data_dir, sync_interval=config.sync_interval)
+        self.bad_hosts = kvstore.open(os.path.join(config.data_dir, "badhosts"))
+        self._bad: dict[bytes, dict[str, float | str]] = {
+            k: json.loads(self.bad_hosts[k]) for k in self.bad_hosts
+        }
+        self.dns = DNSCache(
+            list(config.nameservers) or None, timeout=config.dns_timeout,
+            allow_private_ips=config.allow_private_ips,
+        )
+        self.fetcher = Fetcher(
+            user_agent=config.user_agent, resolve=self.dns.resolve,
+            connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
+            total_timeout=config.total_timeout, max_body_bytes=config.max_body_bytes,
+            max_decoded_bytes=config.max_decoded_bytes, ca_bundle=config.ca_bundle,
+        )
+        self.scheduler = Scheduler(
+            per_host=config.per_host, delay=config.delay, max_waiting=config.waiting_limit,
+            max_waiting_per_host=config.max_waiting_per_host,
+        )
+        self.robots = RobotsCache()
+        self._agent = (product_token(config.user_agent),)
+        self._stats_lock = threading.Lock()
+        self.outcomes: Counter[str] = Counter()
+        self.fetched = 0
+        self.bytes = 0
+        self._stopping = threading.Event()
+        self._limit_reached = threading.Event()
+        self._workers: list[threading.Thread] = []
+        self.started = time.time()
+
+    # -- seeds ----------------------------------------------------------------
+
+    def add_seeds(self, seeds: list[str]) -> None:
+        entries = []
+        for seed in seeds:
+            try:
+                entries.append(Pending(normalize(seed, max_length=self.config.max_url_length)))
+            except URLError as exc:
+                raise CrawlerError(f"bad seed URL: {exc}") from None
+        self.frontier.add_seeds(entries)
+
+    # -- running ----------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.scheduler.wake_all()
+
+    def run(self) -> bool:
+        """Crawl until complete (True) or stopped / limit reached (False)."""
+        cfg = self.config
+        committer = threading.Thread(target=self._commit_loop, name="committer", daemon=True)
+        committer.start()
+        old_stack = threading.stack_size(cfg.stack_size)
+        try:
+            for i in range(cfg.threads):
+                t = threading.Thread(target=self._work_loop, name=f"worker-{i}", daemon=True)
+                t.start()
+                self._workers.append(t)
+        finally:
+            threading.stack_size(old_stack)
+        reporter = status_mod.Reporter(self, interval=cfg.status_interval)
+        complete = False
+        try:
+            while not self._stopping.is_set():
+                fed = self._feed()
+                if not fed and self.scheduler.idle() and self.frontier.idle():
+                    complete = True
+                    break
+                reporter.maybe_report()
+                if not fed:
+                    time.sleep(0.02)
+        finally:
+            self._stopping.set()
+            self.scheduler.drain()  # their bulks stay live in PendDB
+            self.scheduler.wake_all()
+            for t in self._workers:
+                t.join()
+            self._commit_done = True
+            committer.join()
+            reporter.report(final=True)
+            self.close()
+        return complete
+
+    def close(self) -> None:
+        self.frontier.close()
+        self.bad_hosts.close()
+        self.fetcher.close()
+
+    def _feed(self) -> bool:
+        """Claim bulks while the scheduler has room; True if anything was claimed."""
+        fed = False
+        while self.scheduler.has_room() and not self._limit_reached.is_set():
+            claimed = self.frontier.claim()
+            if claimed is None:
+                break
+            fed = True
+            for c in claimed:
+                try:
+                    _, host, _ = origin(c.entry.url)
+                except URLError:
+                    self._submit(c, self._record(c, 0, "bad_url"))
+                    continue
+                if not self.scheduler.offer(host, c):
+                    self.frontier.submit(Outcome(c, None, requeue=c.entry))
+        return fed
+
+    def _commit_loop(self) -> None:
+        self._commit_done = False
+        while True:
+            done = self._commit_done
+            try:
+                n = self.frontier.commit()
+            except Exception:  # noqa: BLE001 - a failed write must stop the crawl, not vanish
+                log.exception("commit failed; stopping the crawl")
+                self.stop()
+                return
+            if done and n == 0:
+                return
+            if n == 0:
+                time.sleep(0.005)
+
+    def _work_loop(self) -> None:
+        while not self._stopping.is_set():
+            item = self.scheduler.next(timeout=0.25)
+            if item is None:
+                continue
+            slot, claimed = item
+            not_before = 0.0
+            try:
+                result = self._handle(slot, claimed)
+                not_before = result.not_before
+                if result.outcome is not None:
+                    self.frontier.submit(result.outcome)
+                else:
+                    self.scheduler.offer(slot.host, claimed, front=True)
+            except Exception:  # noqa: BLE001 - one bad page must not kill a worker
+                log.exception("unexpected error on %s", claimed.entry.url)
+                self._submit(claimed, self._record(claimed, 0, "internal_error"))
+            finally:
+                self.scheduler.release(slot, not_before=not_before)
+
+    # -- one URL ----------------------------------------------------------------
+
+    def _handle(self, slot: HostSlot, c: Claimed) -> _Result:
+        cfg = self.config
+        url = c.entry.url
+        scheme, host, port = origin(url)
+        if cfg.max_pages_per_host is not None and slot.pages > cfg.max_pages_per_host:
+            return self._final(c, 0, "host_page_limit")
+        bad = self._bad.get(host_key(host))
+        if bad is not None and float(bad["retry_at"]) > time.time():
+            return self._final(c, 0, f"bad_host:{bad['reason']}")
+        try:
+            self.dns.resolve(host)
+            if cfg.obey_robots:
+                verdict = self._robots(slot, c, scheme, host, port)
+                if verdict is not None:
+                    return verdict
+            if not self._reserve_fetch():
+                return _Result(None)
+            response = self.fetcher.fetch(url)
+        except DNSError as exc:
+            reason = "private_ip" if exc.kind == "private" else f"dns_{exc.kind}"
+            self._mark_bad(host, reason)
+            return self._final(c, 0, reason)
+        except FetchError as exc:
+            return self._failure(c, host, exc.reason)
+        with self._stats_lock:
+            self.bytes += response.wire_bytes
+        return self._response(c, response)
+
+    def _reserve_fetch(self) -> bool:
+        """Count a fetch against --max-pages; False (and stop) once the limit is reached."""
+        with self._stats_lock:
+            if self.config.max_pages is not None and self.fetched >= self.config.max_pages:
+                self._limit_reached.set()
+                self.stop()
+                return False
+            self.fetched += 1
+            return True
+
+    def _robots(self, slot: HostSlot, c: Claimed, scheme: str, host: str, port: int) -> _Result | None:
+        """None if the URL may be fetched now; otherwise what becomes of it."""
+        url = c.entry.url
+        key = robots_key(url)
+        now = time.time()
+        rules = self.robots.get(key, now)
+        if rules is None:
+            if not self.robots.begin_fetch(key, now):
+                return _Result(None, time.monotonic() + 0.05)  # another worker is fetching it
+            rules = None
+            try:
+                status, body = self._fetch_robots(robots_url(url))
+                rules = RobotsRules.from_response(
+                    status, body, user_agent=self.config.user_agent, now=time.time(),
+                    previous=self.robots.peek(key),
+                )
+            finally:
+                if rules is None:
+                    self.robots.abort_fetch(key)
+                else:
+                    self.robots.finish_fetch(key, rules)
+            if rules.crawl_delay is not None:
+                slot.delay = max(self.config.delay, min(rules.crawl_delay, self.config.max_crawl_delay))
+            return _Result(None)  # robots.txt was this visit's request; the URL waits its turn
+        if rules.state == "disallow_all_for_now":
+            if c.entry.attempts < self.config.max_retries:
+                wait = min(max(0.0, (rules.retry_at or now) - now), self.config.max_retry_after)
+                return self._retry(c, "robots_unavailable", wait)
+            return self._final(c, 0, "robots_unavailable")
+        if not rules.can_fetch(url):
+            return self._final(c, 0, "robots_disallowed")
+        return None
+
+    def _fetch_robots(self, url: str) -> tuple[int | None, bytes | None]:
+        """(status, body) of robots.txt after up to 5 redirects; (None, None) if unreachable."""
+        for _hop in range(5):
+            try:
+                r = self.fetcher.fetch(url)
+            except FetchError as exc:
+                if exc.reason in _UNREACHABLE:
+                    raise  # the host itself cannot be reached: its URLs fail the same way
+                return None, None
+            if r.redirect and 300 <= r.status < 400:
+                url = r.redirect
+                continue
+            return r.status, r.body
+        return None, None
+
+    # -- outcomes -----------------------------------------------------------------
+
+    def _record(self, c: Claimed, status: int, reason: str, **fields: object) -> bytes:
+        with self._stats_lock:
+            self.outcomes[reason or str(status)] += 1
+        return encode_page(PageRecord(url=c.entry.url, status=status, fetched_at=time.time(),
+                                      depth=c.entry.depth, reason=reason, **fields))  # type: ignore[arg-type]
+
+    def _submit(self, c: Claimed, record: bytes) -> None:
+        self.frontier.submit(Outcome(c, record))
+
+    def _final(self, c: Claimed, status: int, reason: str) -> _Result:
+        return _Result(Outcome(c, self._record(c, status, reason)))
+
+    def _mark_bad(self, host: str, reason: str) -> None:
+        k = host_key(host)
+        entry = {"host": host, "reason": reason, "retry_at": time.time() + self.config.bad_host_retry}
+        self._bad[k] = entry
+        self.bad_hosts[k] = json.dumps(entry).encode()
+
+    def _failure(self, c: Claimed, host: str, reason: str) -> _Result:
+        if reason in _HOST_FAILURES:
+            self._mark_bad(host, reason)
+            return self._final(c, 0, reason)
+        if reason in _TRANSIENT and c.entry.attempts < self.config.max_retries:
+            return self._retry(c, reason, self.config.backoff * (2 ** c.entry.attempts))
+        return self._final(c, 0, reason)
+
+    def _retry(self, c: Claimed, reason: str, wait: float) -> _Result:
+        with self._stats_lock:
+            self.outcomes[f"retry:{reason}"] += 1
+        e = c.entry
+        again = Pending(e.url, e.depth, e.hops, e.attempts + 1)
+        return _Result(Outcome(c, None, requeue=again), time.monotonic() + wait)
+
+    def _response(self, c: Claimed, r: FetchResult) -> _Result:
+        cfg = self.config
+        e = c.entry
+        status = r.status
+        if status in (429, 503) or 500 <= status < 600:
+            wait = cfg.backoff * (2 ** e.attempts)
+            if status in (429, 503):
+                ra = parse_retry_after(r.headers.get("retry-after", ""), time.time())
+                if ra is not None:
+                    wait = ra
+            wait = min(wait, cfg.max_retry_after)
+            if e.attempts < cfg.max_retries:
+                return self._retry(c, f"http_{status}", wait)
+            outcome = Outcome(c, self._page(c, r, ""))
+            return _Result(outcome, time.monotonic() + wait)
+        links: list[tuple[bytes, Pending]] = []
+        reason = ""
+        noindex = False
+        outlinks = 0
+        if 300 <= status < 400 and r.redirect:
+            if e.hops + 1 > cfg.max_redirects:
+                reason = "redirect_limit"
+            else:
+                links = self._admissible([r.redirect], e.depth, e.hops + 1)
+        elif status == 200:
+            ctype = r.headers.get("content-type")
+            if is_html(ctype, r.body[:512]):
+                page = extract(r.body, r.url, content_type=ctype, max_url_length=cfg.max_url_length,
+                               follow_rel_nofollow=not cfg.obey_robots)
+                outlinks = len(page.links)
+                tag_nofollow, tag_noindex = robots_directives(r.headers.get("x-robots-tag", ""), self._agent)
+                noindex = (page.noindex or tag_noindex) and cfg.obey_robots
+                nofollow = (page.nofollow or tag_nofollow) and cfg.obey_robots
+                if not nofollow and (cfg.max_depth is None or e.depth + 1 <= cfg.max_depth):
+                    links = self._admissible(list(page.links), e.depth + 1, 0)
+            else:
+                reason = "not_html"
+        record = self._page(c, r, reason, outlinks=outlinks, noindex=noindex)
+        return _Result(Outcome(c, record, links=links))
+
+    def _page(self, c: Claimed, r: FetchResult, reason: str, *, outlinks: int = 0, noindex: bool = False) -> bytes:
+        keep_body = r.status == 200 and not reason and not noindex
+        return self._record(
+            c, r.status, reason, final_url=r.url, ip=r.ip, headers=dict(r.headers),
+            content_type=r.headers.get("content-type", ""), redirect=r.redirect or "",
+            outlinks=outlinks, truncated=r.truncate_reason or "", noindex=noindex,
+            body=r.body if keep_body else b"",
+        )
+
+    def _admissible(self, urls: list[str], depth: int, hops: int) -> list[tuple[bytes, Pending]]:
+        out = []
+        for u in urls:
+            try:
+                u = normalize(u, max_length=self.config.max_url_length)
+                _, host, _ = origin(u)
+            except URLError:
+                continue
+            if self.scope.allows(u, host):
+                out.append((url_key(u), Pending(u, depth, hops)))
+        return out

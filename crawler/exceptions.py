@@ -1,0 +1,54 @@
+"""Every error the crawler raises on purpose, under one base class.
+
+Third-party errors (requests, urllib3, dnspython, lxml) are wrapped at the
+module that talks to them (fetch, dnscache, links), with ``raise ... from``.
+"""
+
+from __future__ import annotations
+
+
+class CrawlerError(Exception):
+    """Base class of every crawler error."""
+
+
+class ConfigError(CrawlerError, ValueError):
+    """An invalid setting (bad seed URL, negative limit, unreadable CA bundle...)."""
+
+
+class URLError(CrawlerError, ValueError):
+    """A URL that cannot be crawled: not http/https, unparsable, too long, bad host."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"{url[:200]!r}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+class DNSError(CrawlerError):
+    """A host name that did not resolve, or resolved to an address we may not use.
+    ``kind`` is one of: nxdomain, nodata, servfail, timeout, private (a private,
+    loopback, link-local... address while private IPs are not allowed), error."""
+
+    def __init__(self, host: str, kind: str, detail: str = "") -> None:
+        super().__init__(f"{host}: DNS {kind}{': ' + detail if detail else ''}")
+        self.host = host
+        self.kind = kind
+        self.detail = detail
+
+
+class FetchError(CrawlerError):
+    """A fetch that produced no usable response. ``reason`` is a short class name
+    used in status counts (e.g. connect_refused, connect_timeout, read_timeout,
+    total_timeout, reset, too_large, decompression_bomb, tls, private_ip,
+    too_many_redirects, protocol)."""
+
+    def __init__(self, url: str, reason: str, detail: str = "") -> None:
+        super().__init__(f"{url[:200]}: {reason}{': ' + detail if detail else ''}")
+        self.url = url
+        self.reason = reason
+        self.detail = detail
+
+
+class DataDirError(CrawlerError):
+    """The data directory cannot be used (locked by a running crawl, unreadable,
+    written by a newer version, or the disk is full)."""

@@ -1,0 +1,269 @@
+"""The frontier: MainDB, PendDB, PendSet and ProcessingSet behind one narrow interface.
+
+Theory of operation
+-------------------
+State (DESIGN §4.1), all under the data directory:
+
+* MainDB (``main/``, kvstore): url_key -> encoded PageRecord, every outcome.
+* PendDB (``pend/``, kvstore): bulk key (a counter) -> ~25 pending URLs.
+* PendSet (KeySet): url_keys of URLs in live, unclaimed-or-claimed bulks.
+* ProcessingSet (KeySet): url_keys claimed and not yet committed.
+* ``urls.log``: every admitted URL, one per line.
+
+Workers *claim* a random unclaimed bulk; its URLs move from PendSet to
+ProcessingSet. A worker never writes a store: it *submits* an Outcome (a page
+record to store, or a URL to requeue, plus the links it found) to a queue.
+One committer drains the queue in batches and writes, in this order:
+
+1. new bulks (admitted links and requeued URLs) to PendDB, then flush;
+2. page records to MainDB, then flush;
+3. tombstones for claimed bulks whose every URL is now done or requeued, then flush.
+
+So at every instant an admitted URL is in a live PendDB bulk or done in
+MainDB, and a kill -9 loses only outcomes still in the queue: URLs that were in
+flight (claimed, not committed), which the next run fetches again. On open,
+live bulks are simply live again; a URL already in MainDB is skipped when its
+bulk is claimed. fsync runs every ``sync_interval`` seconds.
+
+Admission dedup (MainDB, PendSet, ProcessingSet, this batch) happens only in
+the committer, so two pages linking the same URL cannot both admit it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import kvstore
+
+from .exceptions import DataDirError
+from .pages import Pending, decode_bulk, encode_bulk
+from .urls import url_key
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BULK_SIZE = 25
+DEFAULT_SYNC_INTERVAL = 5.0
+URL_LOG_NAME = "urls.log"
+
+
+@dataclass(slots=True)
+class Claimed:
+    """One claimed URL: the bulk it came from and its key."""
+
+    bulk: bytes
+    key: bytes
+    entry: Pending
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a worker hands to the committer for one claimed URL."""
+
+    claimed: Claimed
+    record: bytes | None  # an encoded PageRecord, or None to requeue the URL
+    requeue: Pending | None = None  # the entry to requeue (attempts updated)
+    links: list[tuple[bytes, Pending]] = field(default_factory=list)  # (url_key, entry)
+
+
+def _bulk_key(counter: int) -> bytes:
+    return counter.to_bytes(16, "big")
+
+
+def _keys_array(keys: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, 16)
+
+
+class Frontier:
+    """Thread-safe: ``claim`` and ``submit`` from any thread, ``commit`` from one."""
+
+    def __init__(
+        self,
+        data_dir: str,
+        *,
+        bulk_size: int = DEFAULT_BULK_SIZE,
+        sync_interval: float = DEFAULT_SYNC_INTERVAL,
+    ) -> None:
+        self.data_dir = data_dir
+        self.bulk_size = bulk_size
+        self.sync_interval = sync_interval
+        os.makedirs(data_dir, exist_ok=True)
+        try:
+            self.main = kvstore.open(os.path.join(data_dir, "main"), buffer_size=64 << 20)
+        except kvstore.exceptions.StoreLockedError as exc:
+            raise DataDirError(f"{data_dir}: another crawl is running on this data directory") from exc
+        self.pend = kvstore.open(os.path.join(data_dir, "pend"), buffer_size=64 << 20)
+        self.pend_set = kvstore.KeySet()
+        self.processing = kvstore.KeySet()
+        self._unclaimed = kvstore.KeySet()
+        self._claimed: dict[bytes, int] = {}  # bulk key -> URLs not yet committed
+        self._finished: list[bytes] = []  # bulks to tombstone at the next commit
+        self._lock = threading.Lock()  # claim bookkeeping
+        self._qlock = threading.Lock()
+        self._queue: list[Outcome] = []
+        self._seeds: list[tuple[bytes, Pending]] = []
+        self._counter = 0
+        self._last_sync = time.monotonic()
+        self.admitted = 0
+        self._rebuild()
+        self._log = open(os.path.join(data_dir, URL_LOG_NAME), "a", encoding="utf-8")  # noqa: SIM115
+
+    def _rebuild(self) -> None:
+        """PendSet and the unclaimed bulks from the live PendDB bulks (after any stop)."""
+        top = -1
+        keys: list[bytes] = []
+        for bk in self.pend:
+            top = max(top, int.from_bytes(bk, "big"))
+            self._unclaimed.add(bk)
+            keys.extend(url_key(e.url) for e in decode_bulk(self.pend[bk]))
+        if keys:
+            self.pend_set.add_many(_keys_array(keys))
+        self._counter = top + 1
+        if len(self._unclaimed):
+            log.info("%s: resuming with %d pending bulks", self.data_dir, len(self._unclaimed))
+
+    # -- workers -------------------------------------------------------------
+
+    def add_seeds(self, entries: list[Pending]) -> None:
+        """Admit seed URLs (normalized) at the next commit, with the usual dedup."""
+        with self._qlock:
+            self._seeds.extend((url_key(e.url), e) for e in entries)
+
+    def claim(self) -> list[Claimed] | None:
+        """Claim a random unclaimed bulk; None when there is none right now."""
+        with self._lock:
+            try:
+                bk = self._unclaimed.random_key()
+            except KeyError:
+                return None
+            self._unclaimed.discard(bk)
+            out = []
+            for entry in decode_bulk(self.pend[bk]):
+                k = url_key(entry.url)
+                if k in self.main or k in self.processing:
+                    continue  # done before a restart, or in flight from another bulk
+                self.processing.add(k)
+                self.pend_set.discard(k)
+                out.append(Claimed(bk, k, entry))
+            if out:
+                self._claimed[bk] = len(out)
+            else:
+                self._finished.append(bk)
+            return out
+
+    def submit(self, outcome: Outcome) -> None:
+        with self._qlock:
+            self._queue.append(outcome)
+
+    # -- the committer ----------------------------------------------------------
+
+    def commit(self) -> int:
+        """Write one batch of outcomes in the crash-safe order; return its size."""
+        with self._qlock:
+            batch, self._queue = self._queue, []
+            seeds, self._seeds = self._seeds, []
+        with self._lock:
+            finished, self._finished = self._finished, []
+        if not batch and not seeds and not finished:
+            self._maybe_sync()
+            return 0
+        candidates = seeds + [link for o in batch for link in o.links]
+        entries, new_keys = self._dedup(candidates)
+        requeued = [o for o in batch if o.record is None]
+        entries += [o.requeue or o.claimed.entry for o in requeued]
+        new_keys += [o.claimed.key for o in requeued]
+        bulk_keys = self._write_bulks(entries)
+        if new_keys:
+            self.pend_set.add_many(_keys_array(new_keys))
+        stored = [o for o in batch if o.record is not None]
+        if stored:
+            self.main.put_many([o.claimed.key for o in stored], [o.record for o in stored])  # type: ignore[misc]
+            self.main.flush()
+        if batch:
+            self.processing.discard_many(_keys_array([o.claimed.key for o in batch]))
+        with self._lock:
+            for o in batch:
+                left = self._claimed[o.claimed.bulk] - 1
+                if left:
+                    self._claimed[o.claimed.bulk] = left
+                else:
+                    del self._claimed[o.claimed.bulk]
+                    finished.append(o.claimed.bulk)
+        for bk in finished:
+            del self.pend[bk]
+        if finished:
+            self.pend.flush()
+        if bulk_keys:
+            self._unclaimed.add_many(_keys_array(bulk_keys))
+        self._maybe_sync()
+        return len(batch) + len(seeds)
+
+    def _dedup(self, candidates: list[tuple[bytes, Pending]]) -> tuple[list[Pending], list[bytes]]:
+        if not candidates:
+            return [], []
+        arr = _keys_array([k for k, _ in candidates])
+        known = self.main.contains_many(arr) | self.pend_set.contains_many(arr) | self.processing.contains_many(arr)
+        entries: list[Pending] = []
+        keys: list[bytes] = []
+        seen: set[bytes] = set()
+        for (k, entry), old in zip(candidates, known.tolist(), strict=True):
+            if not old and k not in seen:
+                seen.add(k)
+                entries.append(entry)
+                keys.append(k)
+        if entries:
+            self._log.write("".join(e.url + "\n" for e in entries))
+            self._log.flush()
+            self.admitted += len(entries)
+        return entries, keys
+
+    def _write_bulks(self, entries: list[Pending]) -> list[bytes]:
+        if not entries:
+            return []
+        keys, values = [], []
+        for i in range(0, len(entries), self.bulk_size):
+            keys.append(_bulk_key(self._counter))
+            values.append(encode_bulk(entries[i : i + self.bulk_size]))
+            self._counter += 1
+        self.pend.put_many(keys, values)
+        self.pend.flush()
+        return keys
+
+    def _maybe_sync(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_sync >= self.sync_interval:
+            self.pend.sync()
+            self.main.sync()
+            self._last_sync = now
+
+    # -- state ------------------------------------------------------------------
+
+    def idle(self) -> bool:
+        """Nothing pending, claimed, queued or unwritten: the crawl is complete."""
+        with self._qlock:
+            queued = bool(self._queue or self._seeds)
+        with self._lock:
+            return not queued and not self._claimed and not self._finished and not len(self._unclaimed)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "done": len(self.main),
+            "pending": len(self.pend_set),
+            "in_flight": len(self.processing),
+            "bulks": len(self.pend),
+            "admitted": self.admitted,
+        }
+
+    def close(self) -> None:
+        """Commit what is queued, fsync and close. Claimed, uncommitted URLs stay in
+        their live bulks and are claimed again by the next run."""
+        self.commit()
+        self._maybe_sync(force=True)
+        self._log.close()
+        self.pend.close()
+        self.main.close()

@@ -1,0 +1,407 @@
+"""robots.txt policy per RFC 9309: parsed rules per host, and a bounded cache of them.
+
+Theory of operation. The engine fetches ``/robots.txt`` through the fetcher
+(following up to 5 redirects, RFC 9309 §2.3.1.2) and hands the final status
+and body to :meth:`RobotsRules.from_response`, which does no I/O:
+
+- 2xx: the body, cut at ``max_bytes`` (RFC 9309 §2.5 asks for at least
+  500 KiB) back to the last whole line, decoded as UTF-8 with replacement and
+  a leading BOM dropped, is parsed by protego. Nothing in a body is fatal:
+  lines that are not rules are ignored, and a parser failure means allow all.
+- 3xx (redirects not followed to the end) and 4xx: "unavailable", allow all
+  (§2.3.1.3). Exception, our choice: 429 Too Many Requests is the server
+  asking us to back off, so it is treated like 5xx.
+- 5xx, any other status and ``None`` (unreachable, timed out): "unreachable",
+  disallow everything until ``retry_at`` (§2.3.1.4); the entry then expires
+  and the engine fetches robots.txt again. We do not fall back on an older
+  cached copy. ``failing_since`` is carried over from ``previous`` so that
+  after ``unreachable_limit`` (30 days, the RFC's example) of uninterrupted
+  failure the host is treated as allow all (the RFC's MAY), still re-fetched
+  every ``error_retry``.
+
+Good answers are kept ``ttl`` (24 h, §2.4). Group selection: our product
+token is the leading ``[A-Za-z_-]+`` of the User-Agent, matched
+case-insensitively; ``*`` is the fallback. Where protego departs from
+RFC 9309 (documented as strict xfails in tests/crawler/test_robots.py): a
+group whose name is a prefix of our token applies to us; ``Allow: /x/index.html``
+also allows ``/x/``; a ``$`` inside a pattern is both literal and an anchor;
+``%2F`` in a query is not the same as ``/``.
+
+Thread-safety: a RobotsRules is immutable once built (protego's lazy
+per-agent state is filled in the constructor), so any number of threads may
+call ``can_fetch`` at once. :class:`RobotsCache` guards its state with one lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+from protego import Protego
+
+from .exceptions import ConfigError
+
+__all__ = [
+    "DEFAULT_FETCH_LEASE",
+    "DEFAULT_MAX_CACHE_BYTES",
+    "DEFAULT_MAX_HOSTS",
+    "DEFAULT_MAX_ROBOTS_BYTES",
+    "DEFAULT_ROBOTS_RETRY",
+    "DEFAULT_ROBOTS_TTL",
+    "DEFAULT_UNREACHABLE_LIMIT",
+    "RobotsCache",
+    "RobotsRules",
+    "product_token",
+    "robots_key",
+    "robots_url",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Bytes of robots.txt parsed; RFC 9309 §2.5: a limit of at least 500 KiB.
+DEFAULT_MAX_ROBOTS_BYTES = 512 * 1024
+#: How long a fetched (2xx or 4xx) robots.txt is used (RFC 9309 §2.4: 24 h).
+DEFAULT_ROBOTS_TTL = 24 * 3600.0
+#: After a 5xx or an unreachable robots.txt, when to try again.
+DEFAULT_ROBOTS_RETRY = 600.0
+#: Uninterrupted failure after which an unreachable robots.txt means allow all.
+DEFAULT_UNREACHABLE_LIMIT = 30 * 86400.0
+#: Hosts kept in a RobotsCache (least recently used ones are dropped).
+DEFAULT_MAX_HOSTS = 10_000
+#: Parsed robots.txt bytes kept in a RobotsCache, a proxy for its memory.
+DEFAULT_MAX_CACHE_BYTES = 64 * 1024 * 1024
+#: A fetch claimed with begin_fetch and not finished in this time may be claimed again.
+DEFAULT_FETCH_LEASE = 120.0
+
+#: A fixed cost per cache entry, so max_bytes also bounds many tiny entries.
+_ENTRY_OVERHEAD = 512
+_TOKEN = re.compile(r"[A-Za-z_-]+")
+_ROBOTS_PATH = "/robots.txt"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+State = Literal["rules", "allow_all", "disallow_all_for_now"]
+
+
+def product_token(user_agent: str) -> str:
+    """The RFC 9309 §2.2.1 product token of a User-Agent, lowercase:
+    ``"KVCrawl/0.1 (+url)"`` -> ``"kvcrawl"``."""
+    match = _TOKEN.match(user_agent.strip())
+    if match is None:
+        raise ConfigError(f"user agent {user_agent!r} does not start with a product token"
+                          " ([A-Za-z_-]+)")
+    return match.group().lower()
+
+
+def robots_key(url: str) -> str:
+    """The cache key of ``url``'s robots.txt: ``scheme://host:port``, lowercase,
+    port always explicit (robots.txt is per protocol, host and port, RFC 9309 §2.3)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or _DEFAULT_PORTS.get(scheme, 0)
+    host = (parts.hostname or "").lower()
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port}"
+
+
+def robots_url(url: str) -> str:
+    """The robots.txt URL for ``url``'s scheme, host and port (default port left out)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme.lower()}://{parts.netloc.rpartition('@')[2].lower()}{_ROBOTS_PATH}"
+
+
+def _is_robots_txt(url: str) -> bool:
+    if _ROBOTS_PATH not in url:
+        return False
+    try:
+        path = urlsplit(url).path
+    except ValueError:
+        return False
+    return path == _ROBOTS_PATH
+
+
+def _cut(body: bytes, max_bytes: int) -> tuple[bytes, bool]:
+    """``body`` cut at ``max_bytes``, back to the end of its last whole line,
+    so a rule cut in half (``Allow: /pub`` of ``Allow: /public``) is not applied."""
+    if len(body) <= max_bytes:
+        return body, False
+    head = body[:max_bytes]
+    end = max(head.rfind(b"\n"), head.rfind(b"\r"))
+    return head[: end + 1], True
+
+
+class RobotsRules:
+    """What robots.txt says about one host, for one user agent. Immutable, thread-safe.
+
+    Build it with :meth:`from_response` (or :meth:`allow_all`). ``state`` is
+    ``"rules"`` (a parsed file), ``"allow_all"`` or ``"disallow_all_for_now"``
+    (until ``retry_at``). Times are in the caller's clock (``now``).
+    """
+
+    __slots__ = (
+        "_parser",
+        "_token",
+        "crawl_delay",
+        "expires_at",
+        "failing_since",
+        "fetched_at",
+        "retry_at",
+        "size",
+        "state",
+        "status",
+        "truncated",
+    )
+
+    def __init__(
+        self,
+        state: State,
+        *,
+        fetched_at: float,
+        expires_at: float,
+        retry_at: float | None = None,
+        failing_since: float | None = None,
+        status: int | None = None,
+        parser: Protego | None = None,
+        token: str = "*",
+        size: int = 0,
+        truncated: bool = False,
+    ) -> None:
+        self.state: State = state
+        self.fetched_at = fetched_at
+        #: After this the rules are stale and robots.txt should be fetched again.
+        self.expires_at = expires_at
+        #: For an unreachable robots.txt: when to try again (equal to expires_at).
+        self.retry_at = retry_at
+        #: When an uninterrupted run of failed robots.txt fetches began, if one is going on.
+        self.failing_since = failing_since
+        self.status = status
+        self.size = size
+        self.truncated = truncated
+        self._parser = parser
+        self._token = token
+        delay: float | None = None
+        if parser is not None:
+            # Fills protego's per-agent caches now: afterwards lookups only read them.
+            parser.can_fetch("/", token)
+            delay = parser.crawl_delay(token)
+        #: Crawl-delay in seconds from our group (None if absent); the engine caps it.
+        self.crawl_delay: float | None = delay
+
+    @classmethod
+    def allow_all(cls, *, now: float, ttl: float = DEFAULT_ROBOTS_TTL) -> RobotsRules:
+        """No restrictions (e.g. for a crawl that does not obey robots.txt)."""
+        return cls("allow_all", fetched_at=now, expires_at=now + ttl)
+
+    @classmethod
+    def from_response(
+        cls,
+        status: int | None,
+        body: bytes | None,
+        *,
+        user_agent: str,
+        now: float,
+        max_bytes: int = DEFAULT_MAX_ROBOTS_BYTES,
+        ttl: float = DEFAULT_ROBOTS_TTL,
+        error_retry: float = DEFAULT_ROBOTS_RETRY,
+        unreachable_limit: float = DEFAULT_UNREACHABLE_LIMIT,
+        previous: RobotsRules | None = None,
+    ) -> RobotsRules:
+        """The rules for the final answer to a robots.txt fetch (see the module doc).
+
+        ``status`` None means no HTTP answer (DNS, connection, timeout).
+        ``previous`` is the host's last entry, even expired (RobotsCache.peek),
+        which carries ``failing_since`` across failed fetches. Never raises on
+        a bad body; raises ConfigError for a user agent without a product token.
+        """
+        token = product_token(user_agent)
+        if status is not None and 200 <= status < 300:
+            return cls._parse(status, body or b"", token, now, max_bytes, ttl)
+        if status is not None and 300 <= status < 500 and status != 429:
+            return cls("allow_all", fetched_at=now, expires_at=now + ttl, status=status)
+        since = now
+        if previous is not None and previous.failing_since is not None:
+            since = min(previous.failing_since, now)
+        retry = now + error_retry
+        if now - since >= unreachable_limit:
+            logger.info("robots.txt unreachable for %.0f days: allowing all", (now - since) / 86400)
+            return cls("allow_all", fetched_at=now, expires_at=retry, retry_at=retry,
+                       failing_since=since, status=status)
+        return cls("disallow_all_for_now", fetched_at=now, expires_at=retry, retry_at=retry,
+                   failing_since=since, status=status)
+
+    @classmethod
+    def _parse(cls, status: int, body: bytes, token: str, now: float, max_bytes: int,
+               ttl: float) -> RobotsRules:
+        data, truncated = _cut(body, max_bytes)
+        if truncated:
+            logger.info("robots.txt of %d bytes parsed up to %d", len(body), len(data))
+        text = data.decode("utf-8", "replace").removeprefix("\ufeff")
+        try:
+            parser = Protego.parse(text)
+            return cls("rules", fetched_at=now, expires_at=now + ttl, status=status,
+                       parser=parser, token=token, size=len(data), truncated=truncated)
+        except Exception:  # a parser bug must not stop the crawl: no usable rules
+            logger.warning("robots.txt parser failed; allowing all", exc_info=True)
+            return cls("allow_all", fetched_at=now, expires_at=now + ttl, status=status)
+
+    def can_fetch(self, url: str) -> bool:
+        """Whether ``url`` (absolute, or a path with query) may be fetched.
+
+        ``/robots.txt`` itself is always allowed. Thread-safe.
+        """
+        if self.state == "allow_all" or _is_robots_txt(url):
+            return True
+        if self.state != "rules" or self._parser is None:
+            return False
+        try:
+            return self._parser.can_fetch(url, self._token)
+        except Exception:  # protego parses the URL; one it cannot read is not fetched
+            logger.debug("robots: cannot match %r", url[:200], exc_info=True)
+            return False
+
+    def expired(self, now: float) -> bool:
+        return now >= self.expires_at
+
+    def __repr__(self) -> str:
+        return (f"<RobotsRules {self.state} status={self.status} "
+                f"expires_at={self.expires_at:.0f} crawl_delay={self.crawl_delay}>")
+
+
+@dataclass(slots=True)
+class _Fetch:
+    started: float
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class RobotsCache:
+    """Host key -> RobotsRules with expiry, LRU-bounded, with one fetcher per host.
+
+    Keys are the caller's (:func:`robots_key` gives ``scheme://host:port``).
+    Bounded by ``max_hosts`` entries and ``max_bytes`` of parsed robots.txt
+    (plus a fixed overhead per entry); the least recently used go first.
+    Every method is thread-safe (one internal lock, never held while waiting).
+
+    Contract for the engine, per URL (``now`` from one clock throughout)::
+
+        rules = cache.get(key, now)
+        if rules is None:
+            if cache.begin_fetch(key, now):        # we are the one fetcher
+                try:
+                    status, body = fetch(robots_url(url))          # None, None if unreachable
+                    rules = RobotsRules.from_response(status, body, user_agent=ua,
+                                                      now=clock(), previous=cache.peek(key))
+                finally:
+                    if rules is None:
+                        cache.abort_fetch(key)     # releases the waiters, stores nothing
+                    else:
+                        cache.finish_fetch(key, rules)
+            else:                                  # another thread is fetching:
+                ...requeue the URL, or cache.wait(key, timeout) then get() again
+
+    ``begin_fetch`` returns True to exactly one caller per host until that
+    caller calls ``finish_fetch`` or ``abort_fetch``, or ``fetch_lease``
+    seconds pass (a fetcher that died); then the next caller gets True.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_hosts: int = DEFAULT_MAX_HOSTS,
+        max_bytes: int = DEFAULT_MAX_CACHE_BYTES,
+        fetch_lease: float = DEFAULT_FETCH_LEASE,
+    ) -> None:
+        if max_hosts < 1 or max_bytes < 1 or fetch_lease <= 0:
+            raise ConfigError("RobotsCache: max_hosts, max_bytes and fetch_lease must be positive")
+        self.max_hosts = max_hosts
+        self.max_bytes = max_bytes
+        self.fetch_lease = fetch_lease
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, RobotsRules] = OrderedDict()
+        self._bytes = 0
+        self._fetching: dict[str, _Fetch] = {}
+        self.evictions = 0
+
+    def get(self, key: str, now: float) -> RobotsRules | None:
+        """The host's rules if present and not expired at ``now``, else None.
+        A hit counts as a use for the LRU order."""
+        with self._lock:
+            rules = self._entries.get(key)
+            if rules is None:
+                return None
+            self._entries.move_to_end(key)
+        return None if rules.expired(now) else rules
+
+    def peek(self, key: str) -> RobotsRules | None:
+        """The stored entry, even expired (for ``previous=``); does not touch the LRU order."""
+        with self._lock:
+            return self._entries.get(key)
+
+    def begin_fetch(self, key: str, now: float) -> bool:
+        """Claim the fetch of ``key``'s robots.txt. True: the caller must fetch
+        and then call finish_fetch or abort_fetch. False: someone else is on it."""
+        with self._lock:
+            current = self._fetching.get(key)
+            if current is not None and now - current.started < self.fetch_lease:
+                return False
+            if current is not None:
+                logger.warning("robots fetch of %s not finished in %.0f s; claimed again",
+                               key, self.fetch_lease)
+                current.done.set()  # its waiters re-check and find the new claim
+            self._fetching[key] = _Fetch(now)
+            return True
+
+    def finish_fetch(self, key: str, rules: RobotsRules) -> None:
+        """Store ``rules`` for ``key``, end the fetch claim and wake the waiters.
+        May be called without a claim (then it just stores)."""
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old.size + _ENTRY_OVERHEAD
+            self._entries[key] = rules
+            self._bytes += rules.size + _ENTRY_OVERHEAD
+            while len(self._entries) > 1 and (
+                len(self._entries) > self.max_hosts or self._bytes > self.max_bytes
+            ):
+                _, dropped = self._entries.popitem(last=False)
+                self._bytes -= dropped.size + _ENTRY_OVERHEAD
+                self.evictions += 1
+            fetch = self._fetching.pop(key, None)
+        if fetch is not None:
+            fetch.done.set()
+
+    def abort_fetch(self, key: str) -> None:
+        """End the fetch claim without storing anything; waiters wake and find no entry."""
+        with self._lock:
+            fetch = self._fetching.pop(key, None)
+        if fetch is not None:
+            fetch.done.set()
+
+    def fetching(self, key: str) -> bool:
+        """Whether a fetch of ``key`` is claimed and not finished."""
+        with self._lock:
+            return key in self._fetching
+
+    def wait(self, key: str, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds while a fetch of ``key`` is in flight.
+        True when no fetch was in flight or the one waited for ended (then call
+        get; None again means it failed or was claimed anew), False on timeout."""
+        with self._lock:
+            fetch = self._fetching.get(key)
+        if fetch is None:
+            return True
+        return fetch.done.wait(timeout)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    @property
+    def bytes(self) -> int:
+        """The byte weight of the entries (parsed robots.txt bytes plus overhead)."""
+        with self._lock:
+            return self._bytes

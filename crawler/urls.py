@@ -1,0 +1,372 @@
+"""URL normalization and hashing: one canonical string per crawlable URL (pure, no I/O).
+
+Theory of operation. Every URL the crawler admits goes through
+:func:`normalize`, and only its result is hashed (:func:`url_key`) into
+MainDB / PendSet / ProcessingSet, so two spellings of one resource must give
+one string. The rules are RFC 3986 (section 5 resolution, section 6.2.2
+syntax-based normalization) with the WHATWG URL Standard's leniency where
+browsers and RFC disagree, because pages are written for browsers:
+
+- leading/trailing C0 controls and spaces are stripped, tab/CR/LF removed
+  anywhere (WHATWG);
+- only ``http`` and ``https``; ``HTTP:g`` against an http base is a relative
+  reference (RFC 5.2.2's non-strict option, WHATWG), and extra slashes after
+  ``http:`` are skipped (``http:///h/`` is ``http://h/``); ``\\`` counts as
+  ``/`` before the query (WHATWG special schemes);
+- the fragment is dropped; the query is kept in order (an empty ``?`` is
+  dropped: no server we know tells ``/p?`` from ``/p``);
+- userinfo is *stripped*: the crawler never sends credentials, and a key
+  without them names the resource the link points at;
+- host: percent-decoded, lowercased, one trailing dot dropped; a non-ASCII
+  host goes through UTS #46 mapping and IDNA 2008 (the ``idna`` package,
+  already installed as a dependency of requests; Python's own codec is
+  IDNA 2003, which maps e.g. ``ß`` differently from every browser); only
+  letters, digits, ``-`` and ``_`` survive in labels of <= 63 characters;
+  WHATWG IPv4 forms (``0x7f.1``, ``2130706433``) become dotted decimal, so
+  address checks downstream see the real address; IPv6 literals are *kept*
+  in compressed form (``[::1]``), zone ids and IPvFuture are rejected;
+- the default port (80/443) is dropped, ``:`` with no digits means the
+  default, port 0 and ports > 65535 are rejected;
+- path and query: escapes of unreserved characters are decoded, other hex
+  escapes uppercased, a stray ``%`` becomes ``%25``, and every character
+  RFC 3986 does not allow there (spaces, quotes, ``<>{}|^`` and backquote,
+  non-ASCII as UTF-8) is percent-encoded; then dot segments are removed. Query
+  text is always UTF-8, not the page's charset (browsers use the page's);
+- the result is at most ``max_length`` characters (it is all ASCII).
+
+The result is idempotent (``normalize(normalize(u)) == normalize(u)``) and
+always parses with :mod:`urllib.parse`. Errors raise
+:class:`~crawler.exceptions.URLError` whose ``reason`` is one of
+``too_long``, ``scheme``, ``relative`` (no scheme and no base), ``host``,
+``port``.
+
+Thread safety: every function is pure; the small ``functools.lru_cache``
+tables (authorities, bases) are thread-safe.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from functools import lru_cache
+from urllib.parse import unquote
+
+import idna
+
+from kvstore import md5_key
+
+from .exceptions import URLError
+
+__all__ = [
+    "DEFAULT_MAX_URL_LENGTH",
+    "DEFAULT_PORTS",
+    "host_key",
+    "host_of",
+    "normalize",
+    "origin",
+    "url_key",
+]
+
+# 2,083 characters: the old Internet Explorer limit that sites were built
+# around (Scrapy's URLLENGTH_LIMIT too). Anything longer is almost always a
+# session-id or calendar trap.
+DEFAULT_MAX_URL_LENGTH = 2083
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# Raw input longer than this many times max_length is refused before any
+# work: resolution can shrink a URL, but not by that much in practice.
+_INPUT_SLACK = 4
+_CACHE_SIZE = 4096
+
+_STRIP = "".join(map(chr, range(0x21)))  # WHATWG: C0 controls and space, at both ends
+_TAB_NL = {ord("\t"): None, ord("\n"): None, ord("\r"): None}
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# RFC 3986: pchar = unreserved / pct-encoded / sub-delims / ":" / "@"; path adds "/",
+# query adds "/" and "?". Anything else is percent-encoded.
+_PATH_SET = r"A-Za-z0-9\-._~!$&'()*+,;=:@/"
+_QUERY_SET = _PATH_SET + "?"
+_PATH_CLEAN = re.compile(f"[{_PATH_SET}]*")
+_QUERY_CLEAN = re.compile(f"[{_QUERY_SET}]*")
+_PATH_FIX = re.compile(f"%([0-9A-Fa-f]{{2}})?|[^{_PATH_SET}%]+")
+_QUERY_FIX = re.compile(f"%([0-9A-Fa-f]{{2}})?|[^{_QUERY_SET}%]+")
+
+_LABEL = re.compile(r"[a-z0-9_\-]{1,63}")
+_HEX_NUMBER = re.compile(r"0x[0-9a-f]*")  # WHATWG: a last label like this makes an IPv4 host
+_MAX_HOST = 253  # DNS: 255 octets on the wire, 253 characters written
+
+
+class _Bad(Exception):
+    """Internal: a rejection reason, turned into URLError with the caller's URL."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def normalize(url: str, base: str | None = None, *,
+              max_length: int = DEFAULT_MAX_URL_LENGTH) -> str:
+    """The canonical absolute form of ``url`` resolved against ``base``.
+
+    ``base`` is any absolute http(s) URL (normalized here, cached). Raises
+    URLError (reason ``too_long``, ``scheme``, ``relative``, ``host`` or
+    ``port``); a bad ``base`` raises URLError for the base. Thread-safe.
+    """
+    s = url.strip(_STRIP)
+    if "\t" in s or "\n" in s or "\r" in s:
+        s = s.translate(_TAB_NL)
+    if len(s) > max_length * _INPUT_SLACK:
+        raise URLError(url, "too_long")
+    try:
+        out = _resolve(s, base)
+    except _Bad as exc:
+        raise URLError(url, exc.reason) from None
+    if len(out) > max_length:
+        raise URLError(url, "too_long")
+    return out
+
+
+def _resolve(s: str, base: str | None) -> str:
+    m = _SCHEME.match(s)
+    b = _parse_base(base) if base is not None else None
+    if m is not None:
+        scheme = m.group(1).lower()
+        if scheme not in DEFAULT_PORTS:
+            raise _Bad("scheme")
+        head, query = _split_ref(s[m.end():])
+        if b is None or b[0] != scheme or head.startswith("//"):
+            return _assemble(scheme, head.lstrip("/"), query)
+        # Same scheme as the base and no authority: a relative reference.
+    elif b is None:
+        raise _Bad("relative")
+    else:
+        head, query = _split_ref(s)
+    scheme, netloc, bpath, bquery = b
+    if head.startswith("//"):
+        return _assemble(scheme, head.lstrip("/"), query)
+    if head.startswith("/"):
+        path = head
+    elif head:
+        path = bpath[: bpath.rfind("/") + 1] + head
+    else:
+        path = bpath
+        if query is None:
+            query = bquery
+    return _finish(scheme, netloc, path, query)
+
+
+def _split_ref(rest: str) -> tuple[str, str | None]:
+    """(part before the query with ``\\`` as ``/``, query or None); the fragment is dropped."""
+    cut = rest.find("#")
+    if cut >= 0:
+        rest = rest[:cut]
+    q = rest.find("?")
+    query = None
+    if q >= 0:
+        rest, query = rest[:q], rest[q + 1:]
+    if "\\" in rest:
+        rest = rest.replace("\\", "/")
+    return rest, query
+
+
+def _assemble(scheme: str, auth_path: str, query: str | None) -> str:
+    """From ``authority[/path]`` (leading slashes already skipped)."""
+    slash = auth_path.find("/")
+    if slash < 0:
+        authority, path = auth_path, "/"
+    else:
+        authority, path = auth_path[:slash], auth_path[slash:]
+    return _finish(scheme, _authority(scheme, authority), path, query)
+
+
+def _finish(scheme: str, netloc: str, path: str, query: str | None) -> str:
+    if not _PATH_CLEAN.fullmatch(path):
+        path = _PATH_FIX.sub(_fix_escape, path)
+    if "/." in path:
+        path = _remove_dots(path)
+    if query:
+        if not _QUERY_CLEAN.fullmatch(query):
+            query = _QUERY_FIX.sub(_fix_escape, query)
+        return f"{scheme}://{netloc}{path}?{query}"
+    return f"{scheme}://{netloc}{path}"
+
+
+def _fix_escape(m: re.Match[str]) -> str:
+    text = m.group(0)
+    if text[0] != "%":  # characters that must be encoded, as UTF-8
+        return "".join(f"%{b:02X}" for b in text.encode("utf-8", "surrogatepass"))
+    hexits = m.group(1)
+    if hexits is None:
+        return "%25"  # a '%' that starts no escape
+    char = chr(int(hexits, 16))
+    return char if char in _UNRESERVED else "%" + hexits.upper()
+
+
+def _remove_dots(path: str) -> str:
+    """RFC 3986 5.2.4 on an absolute path, iteratively."""
+    out: list[str] = []
+    segs = path.split("/")
+    for seg in segs[1:]:
+        if seg == "..":
+            if out:
+                out.pop()
+        elif seg != ".":
+            out.append(seg)
+    if segs[-1] in (".", ".."):
+        out.append("")  # "/a/." and "/a/b/.." name a directory
+    return "/" + "/".join(out)
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _parse_base(base: str) -> tuple[str, str, str, str | None]:
+    """(scheme, netloc, path, query) of a normalized base URL."""
+    try:
+        canon = _resolve(base.strip(_STRIP).translate(_TAB_NL), None)
+    except _Bad as exc:
+        raise URLError(base, "base " + exc.reason) from None
+    scheme, _, rest = canon.partition("://")
+    slash = rest.index("/")
+    netloc, tail = rest[:slash], rest[slash:]
+    path, sep, query = tail.partition("?")
+    return scheme, netloc, path, query if sep else None
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _authority(scheme: str, authority: str) -> str:
+    """Normalized ``host[:port]`` of a raw authority; raises _Bad."""
+    hostport = authority.rpartition("@")[2]  # userinfo stripped
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end < 0:
+            raise _Bad("host")
+        host = _ipv6(hostport[1:end])
+        rest = hostport[end + 1:]
+        if rest and not rest.startswith(":"):
+            raise _Bad("host")
+        port_text = rest[1:]
+    else:
+        raw, _, port_text = hostport.partition(":")
+        host = _host(raw)
+    if port_text:
+        if not port_text.isascii() or not port_text.isdigit():
+            raise _Bad("port")
+        port = int(port_text)
+        if not 0 < port <= 65535:
+            raise _Bad("port")
+        if port != DEFAULT_PORTS[scheme]:
+            return f"{host}:{port}"
+    return host
+
+
+def _ipv6(text: str) -> str:
+    if "%" in text or not text.isascii():  # zone ids have no meaning in a shared URL
+        raise _Bad("host")
+    try:
+        return f"[{ipaddress.IPv6Address(text).compressed}]"
+    except ValueError:
+        raise _Bad("host") from None
+
+
+def _host(raw: str) -> str:
+    if "%" in raw:
+        try:
+            raw = unquote(raw, errors="strict")
+        except UnicodeDecodeError:
+            raise _Bad("host") from None
+    if raw.isascii():
+        host = raw.lower()
+    else:
+        host = _idna(raw)
+    if host.endswith("."):
+        host = host[:-1]
+    if not host or len(host) > _MAX_HOST:
+        raise _Bad("host")
+    labels = host.split(".")
+    for label in labels:
+        if not _LABEL.fullmatch(label):
+            raise _Bad("host")
+    last = labels[-1]
+    if last.isdigit() or _HEX_NUMBER.fullmatch(last):
+        return _ipv4(labels)
+    return host
+
+
+def _idna(raw: str) -> str:
+    """UTS #46 mapping (non-transitional), then IDNA 2008 A-labels for non-ASCII labels."""
+    try:
+        mapped = idna.uts46_remap(raw, std3_rules=False, transitional=False)
+        return ".".join(
+            label if label.isascii() else idna.alabel(label).decode("ascii")
+            for label in mapped.split(".")
+        )
+    except (idna.IDNAError, UnicodeError, ValueError):
+        raise _Bad("host") from None
+
+
+def _ipv4(labels: list[str]) -> str:
+    """WHATWG IPv4 parsing of a host that ends in a number (decimal, 0x hex, 0 octal)."""
+    if len(labels) > 4:
+        raise _Bad("host")
+    nums = []
+    for part in labels:
+        try:
+            if part.startswith("0x"):
+                n = int(part[2:] or "0", 16)
+            elif len(part) > 1 and part.startswith("0"):
+                n = int(part[1:], 8)
+            else:
+                n = int(part, 10)
+        except ValueError:
+            raise _Bad("host") from None
+        nums.append(n)
+    last = nums.pop()
+    if any(n > 255 for n in nums) or last >= 256 ** (4 - len(nums)):
+        raise _Bad("host")
+    value = last
+    for i, n in enumerate(nums):
+        value += n << (8 * (3 - i))
+    return str(ipaddress.IPv4Address(value))
+
+
+def url_key(normalized_url: str) -> bytes:
+    """The 16-byte MainDB / PendSet key: md5 of the UTF-8 normalized URL."""
+    return md5_key(normalized_url.encode("utf-8"))
+
+
+def host_key(host: str) -> bytes:
+    """The 16-byte Host2IP / BadHosts key: md5 of the lowercase host name, no port.
+
+    DNS answers and politeness belong to the host name, whatever the port or
+    scheme (robots.txt is per origin: see :func:`origin`). ``host`` is what
+    :func:`host_of` returns (IPv6 literals with brackets).
+    """
+    return md5_key(host.lower().encode("utf-8"))
+
+
+def _netloc(url: str) -> tuple[str, str]:
+    start = url.find("://")
+    if start <= 0:
+        raise URLError(url, "relative")
+    end = url.find("/", start + 3)
+    return url[:start], url[start + 3:] if end < 0 else url[start + 3:end]
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a *normalized* URL; the port is always filled in.
+
+    The host is as written in the URL (IPv6 literals keep their brackets), so
+    ``f"{scheme}://{host}:{port}"`` rebuilds a valid origin.
+    """
+    scheme, netloc = _netloc(url)
+    if netloc.endswith("]") or ":" not in netloc:
+        return scheme, netloc, DEFAULT_PORTS.get(scheme, 0)
+    host, _, port = netloc.rpartition(":")
+    return scheme, host, int(port)
+
+
+def host_of(url: str) -> str:
+    """The host of a *normalized* URL (lowercase ASCII; IPv6 literals with brackets)."""
+    netloc = _netloc(url)[1]
+    if netloc.endswith("]") or ":" not in netloc:
+        return netloc
+    return netloc.rpartition(":")[0]

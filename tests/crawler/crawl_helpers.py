@@ -1,0 +1,65 @@
+"""Running the crawler against a test web, in-process or as a subprocess, and reading its results."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kvstore
+from crawler.config import CrawlerConfig
+from crawler.engine import Engine
+from crawler.pages import PageRecord, decode_page
+from tools.testweb import TestWeb
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def config_for(web: TestWeb, data_dir: Path, **overrides: Any) -> CrawlerConfig:
+    settings: dict[str, Any] = dict(
+        data_dir=str(data_dir), threads=16, delay=0.0, per_host=2,
+        nameservers=(web.nameserver,), allow_private_ips=True, ca_bundle=str(web.ca_file),
+        broad=True, status_interval=3600.0, sync_interval=3600.0,
+        connect_timeout=5.0, read_timeout=5.0, total_timeout=10.0, backoff=0.05, max_retry_after=2.0,
+    )
+    settings.update(overrides)
+    return CrawlerConfig(**settings)
+
+
+def run_crawl(web: TestWeb, data_dir: Path, seeds: list[str] | None = None, **overrides: Any) -> Engine:
+    engine = Engine(config_for(web, data_dir, **overrides))
+    engine.add_seeds(seeds or [web.seed_url])
+    engine.complete = engine.run()  # type: ignore[attr-defined]
+    return engine
+
+
+def records(data_dir: Path) -> dict[str, PageRecord]:
+    """Every page record of a crawl, by URL (bodies left out)."""
+    out = {}
+    with kvstore.open(data_dir / "main", readonly=True) as main:
+        for key in main:
+            rec = decode_page(main[key], with_body=False)
+            out[rec.url] = rec
+    return out
+
+
+def fetched_urls(data_dir: Path) -> set[str]:
+    """URLs that were answered over HTTP (any status)."""
+    return {url for url, rec in records(data_dir).items() if rec.status > 0}
+
+
+def cli_args(web: TestWeb, data_dir: Path, *extra: str) -> list[str]:
+    host, port = web.nameserver
+    return [
+        sys.executable, "-m", "crawler", "start", web.seed_url, "--data", str(data_dir),
+        "--nameserver", f"{host}:{port}", "--allow-private-ips", "--ca-bundle", str(web.ca_file),
+        "--broad", "--delay", "0", "--per-host", "2", "--threads", "8", "--status-interval", "3600",
+        "--timeout", "10", *extra,
+    ]
+
+
+def start_cli(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)

@@ -1,0 +1,115 @@
+"""End-to-end crawls of the test web: completeness against the oracle, politeness, DNS, HTTPS."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from crawler.urls import host_key
+from tools.testweb import TestWeb, fault
+
+from crawl_helpers import fetched_urls, records, run_crawl
+
+MakeWeb = Callable[..., TestWeb]
+
+
+def robots_urls(web: TestWeb) -> set[str]:
+    return {u for u in web.log.urls() if u.endswith("/robots.txt")}
+
+
+@pytest.mark.slow
+def test_full_crawl_matches_the_oracle_and_fetches_each_page_once(make_testweb: MakeWeb, tmp_path: Path) -> None:
+    web = make_testweb(pages=2000, hosts=20, seed=3, crawl_delay=0.05)
+    want = web.oracle.crawl()
+    engine = run_crawl(web, tmp_path / "crawl", threads=32, per_host=4)
+    assert engine.complete
+    got = fetched_urls(tmp_path / "crawl")
+    assert got == set(want.fetched), (sorted(got - set(want.fetched))[:5], sorted(set(want.fetched) - got)[:5])
+    assert web.log.urls() == set(want.requests)
+    assert not web.log.duplicates()
+    # Every outcome is recorded: robots-blocked URLs too, so nothing is tried twice.
+    recs = records(tmp_path / "crawl")
+    assert {u for u, r in recs.items() if r.reason == "robots_disallowed"} == set(want.blocked)
+
+
+def test_resume_after_completion_fetches_nothing(make_testweb: MakeWeb, tmp_path: Path) -> None:
+    web = make_testweb(pages=60, hosts=3, seed=0, crawl_delay=0.0)
+    first = run_crawl(web, tmp_path / "c")
+    assert first.complete
+    n = len(web.log.records())
+    assert n > 0
+    again = run_crawl(web, tmp_path / "c")
+    assert again.complete
+    pages_after = [r for r in web.log.records()[n:] if not r.target.endswith("/robots.txt")]
+    assert pages_after == []
+
+
+def test_politeness_per_host_limit_and_delay(make_testweb: MakeWeb, tmp_path: Path) -> None:
+    web = make_testweb(pages=120, hosts=3, seed=5, crawl_delay=0.15)
+    engine = run_crawl(web, tmp_path / "c", threads=16, per_host=1, delay=0.05)
+    assert engine.complete
+    want = web.oracle.crawl()
+    for host in web.log.hosts():
+        assert web.log.max_concurrency(host) <= 1
+        gaps = web.log.gaps(host)
+        delay = max(0.05, want.crawl_delay.get(host, 0.0))
+        assert all(g >= delay - 0.01 for g in gaps), (host, min(gaps), delay)
+
+
+def test_retry_after_is_honoured(make_testweb: MakeWeb, tmp_path: Path) -> None:
+    web = make_testweb(pages=30, hosts=1, seed=2, faults=[fault("status_429", host="h0.test", prefix="/s1/", retry_after=1)])
+    engine = run_crawl(web, tmp_path / "c", threads=4, per_host=1)
+    assert engine.complete
+    assert fetched_urls(tmp_path / "c") == set(web.oracle.crawl().fetched)
+    log = sorted(web.log.records(host="h0.test"), key=lambda r: r.start)
+    for before, after in zip(log, log[1:], strict=False):
+        if before.status == 429:
+            assert after.start - before.end >= 1.0 - 0.02, (before.target, after.target)
+
+
+def test_slow_host_does_not_stall_the_others(make_testweb: MakeWeb, tmp_path: Path) -> None:
+    web = make_testweb(pages=100, hosts=4, seed=4, crawl_delay=0.0,
+                       faults=[fault("slow_first_byte", host="h1.test", prefix="/", delay=0.3)])
+    engine = run_crawl(web, tmp_path / "c", threads=16, per_host=1, total_timeout=5.0, read_timeout=5.0)
+    assert engine.complete
+    want = web.oracle.crawl()
+    assert fetched_urls(tmp_path / "c") == set(want.fetched)
+    # While h1 answered one request a second, the other hosts were served back to back.
+    h1_end = max(r.end for r in web.log.records(host="h1.test"))
+    others_end = max(r.end for h in ("h0.test", "h2.test", "h3.test") for r in web.log.records(host=h))
+    assert others_end < h1_end
+
+
+def test_each_host_is_resolved_once_and_dead_hosts_are_bad_hosts(make_testweb: MakeWeb, tmp_path: Path) -> None:
+    web = make_testweb(pages=80, hosts=3, seed=6, crawl_delay=0.0, faults=[fault("nxdomain"), fault("refused")])
+    engine = run_crawl(web, tmp_path / "c")
+    assert engine.complete
+    for host in web.log.hosts():
+        assert len(web.dns.queries(host)) == 1, host
+    assert not web.log.records(host="nx.test") and not web.log.records(host="refused.test")
+    recs = records(tmp_path / "c")
+    reasons = {r.reason for u, r in recs.items() if "nx.test" in u or "refused.test" in u}
+    assert reasons <= {"dns_nxdomain", "connect_refused", "bad_host:dns_nxdomain", "bad_host:connect_refused"}
+    import kvstore
+
+    with kvstore.open(tmp_path / "c" / "badhosts", readonly=True) as bad:
+        assert host_key("nx.test") in bad and host_key("refused.test") in bad
+
+
+def test_https_through_the_resolved_ip_with_sni(make_testweb: MakeWeb, tmp_path: Path) -> None:
+    web = make_testweb(pages=60, hosts=2, seed=7, crawl_delay=0.0)  # h1.test is HTTPS
+    engine = run_crawl(web, tmp_path / "c")
+    assert engine.complete
+    https = web.log.records(host="h1.test")
+    assert https and all(r.scheme == "https" and r.sni == "h1.test" for r in https)
+    assert fetched_urls(tmp_path / "c") == set(web.oracle.crawl().fetched)
+
+
+def test_private_ip_is_refused_by_default(testweb: TestWeb, tmp_path: Path) -> None:
+    engine = run_crawl(testweb, tmp_path / "c", allow_private_ips=False)
+    assert engine.complete
+    assert testweb.log.records() == []
+    recs = records(tmp_path / "c")
+    assert [r.reason for r in recs.values()] == ["private_ip"]

@@ -1,0 +1,113 @@
+"""The frontier on real stores: admission, dedup, claiming, commit order, reopening."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crawler.frontier import Claimed, Frontier, Outcome
+from crawler.pages import PageRecord, Pending, decode_page, encode_page
+from crawler.urls import url_key
+
+
+def u(i: int) -> str:
+    return f"http://h0.test/p{i}.html"
+
+
+def link(i: int, depth: int = 1) -> tuple[bytes, Pending]:
+    return url_key(u(i)), Pending(u(i), depth)
+
+
+def page(c: Claimed) -> bytes:
+    return encode_page(PageRecord(url=c.entry.url, status=200, fetched_at=1.0, depth=c.entry.depth, body=b"x"))
+
+
+def claim_all(f: Frontier) -> list[Claimed]:
+    out = []
+    while (bulk := f.claim()) is not None:
+        out.extend(bulk)
+    return out
+
+
+def test_seeds_are_admitted_once(tmp_path: Path) -> None:
+    f = Frontier(str(tmp_path), bulk_size=3)
+    f.add_seeds([Pending(u(1)), Pending(u(2)), Pending(u(1))])
+    f.commit()
+    f.add_seeds([Pending(u(2))])
+    f.commit()
+    claimed = claim_all(f)
+    assert sorted(c.entry.url for c in claimed) == [u(1), u(2)]
+    assert (tmp_path / "urls.log").read_text().splitlines() == [u(1), u(2)]
+    f.close()
+
+
+def test_links_are_deduplicated_against_every_set(tmp_path: Path) -> None:
+    f = Frontier(str(tmp_path), bulk_size=2)
+    f.add_seeds([Pending(u(0)), Pending(u(1))])
+    f.commit()
+    claimed = claim_all(f)  # u0, u1 in flight
+    c0 = next(c for c in claimed if c.entry.url == u(0))
+    # u0 links to itself (done now), u1 (in flight), u2 twice (new), u3 (new)
+    f.submit(Outcome(c0, page(c0), links=[link(0), link(1), link(2), link(2), link(3)]))
+    f.commit()
+    assert f.counts()["admitted"] == 4  # the two seeds, u2, u3
+    c1 = next(c for c in claimed if c.entry.url == u(1))
+    f.submit(Outcome(c1, page(c1), links=[link(2), link(3), link(0)]))  # pending, pending, done
+    f.commit()
+    assert f.counts()["admitted"] == 4
+    assert sorted(c.entry.url for c in claim_all(f)) == [u(2), u(3)]
+    f.close()
+
+
+def test_a_bulk_is_tombstoned_only_when_every_url_is_committed(tmp_path: Path) -> None:
+    f = Frontier(str(tmp_path), bulk_size=3)
+    f.add_seeds([Pending(u(i)) for i in range(3)])
+    f.commit()
+    bulk = f.claim()
+    assert bulk is not None and len(bulk) == 3
+    assert len(f.pend) == 1
+    f.submit(Outcome(bulk[0], page(bulk[0])))
+    f.submit(Outcome(bulk[1], None, requeue=Pending(bulk[1].entry.url, attempts=1)))
+    f.commit()
+    assert bulk[0].bulk in f.pend  # one URL still in flight
+    f.submit(Outcome(bulk[2], page(bulk[2])))
+    f.commit()
+    assert bulk[0].bulk not in f.pend
+    again = claim_all(f)
+    assert [(c.entry.url, c.entry.attempts) for c in again] == [(bulk[1].entry.url, 1)]
+    f.submit(Outcome(again[0], page(again[0])))
+    f.commit()
+    assert f.idle()
+    assert decode_page(f.main[bulk[0].key]).body == b"x"
+    f.close()
+
+
+def test_reopen_brings_back_unfinished_bulks_and_skips_done_urls(tmp_path: Path) -> None:
+    f = Frontier(str(tmp_path), bulk_size=4)
+    f.add_seeds([Pending(u(i)) for i in range(4)])
+    f.commit()
+    bulk = f.claim()
+    assert bulk is not None
+    f.submit(Outcome(bulk[0], page(bulk[0]), links=[link(9)]))
+    f.commit()
+    f.close()  # bulk[1:] were claimed but never finished: like a crash or a stop
+    f = Frontier(str(tmp_path), bulk_size=4)
+    assert not f.idle()
+    urls = sorted(c.entry.url for c in claim_all(f))
+    assert urls == sorted([bulk[1].entry.url, bulk[2].entry.url, bulk[3].entry.url, u(9)])
+    f.close()
+
+
+def test_idle_only_when_nothing_is_pending_or_claimed(tmp_path: Path) -> None:
+    f = Frontier(str(tmp_path))
+    assert f.idle()
+    f.add_seeds([Pending(u(1))])
+    assert not f.idle()
+    f.commit()
+    assert not f.idle()
+    bulk = f.claim()
+    assert bulk is not None and not f.idle()
+    f.submit(Outcome(bulk[0], page(bulk[0])))
+    assert not f.idle()
+    f.commit()
+    assert f.idle()
+    f.close()

@@ -1,0 +1,95 @@
+"""Crash safety of a whole crawl: kill -9 at random moments, and SIGINT then resume."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tools.testweb import TestWeb
+
+from crawl_helpers import cli_args, fetched_urls, start_cli
+
+MakeWeb = Callable[..., TestWeb]
+THREADS = 8
+
+
+def page_refetches(web: TestWeb) -> dict[str, int]:
+    """URLs (robots.txt aside: each run reads it again) requested more than once, and how often."""
+    counts = Counter(f"{r.host}{r.target}" for r in web.log.records() if not r.target.endswith("/robots.txt"))
+    return {url: n for url, n in counts.items() if n > 1}
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()
+    proc.communicate()  # reaps it and closes the pipes
+
+
+# Outcomes reach the OS within milliseconds of a fetch (the committer writes
+# continuously), so what a kill loses is what was in flight: requests still
+# open at the kill or finished just before it. This bound is far below the
+# seconds of finished work a buffered design would lose, and loose enough for
+# a loaded machine.
+IN_FLIGHT_WINDOW = 2.0
+
+
+@pytest.mark.slow
+def test_kill9_at_random_moments_loses_nothing(make_testweb: MakeWeb, tmp_path: Path) -> None:
+    web = make_testweb(pages=4000, hosts=6, seed=8, crawl_delay=0.0)
+    want = set(web.oracle.crawl().fetched)
+    data = tmp_path / "c"
+    rng = random.Random(11)
+    kill_times: list[float] = []
+    while len(kill_times) < 10:
+        proc = start_cli(cli_args(web, data, "--threads", str(THREADS)))
+        time.sleep(rng.uniform(0.5, 1.5))
+        if proc.poll() is not None:
+            proc.communicate()
+            break  # it finished before this kill
+        kill(proc)
+        kill_times.append(time.time())  # after: a request that started before this was the killed run's
+    assert len(kill_times) >= 10, "the crawl finished too soon to be killed ten times: use a bigger site"
+    final = start_cli(cli_args(web, data, "--threads", str(THREADS)))
+    out, err = final.communicate(timeout=240)
+    assert final.returncode == 0, err.decode()[-2000:]
+    assert fetched_urls(data) == want
+    # Every refetch is of a URL that was in flight at a kill.
+    by_url: dict[str, list[tuple[float, float | None]]] = {}
+    for r in web.log.records():
+        if not r.target.endswith("/robots.txt"):
+            by_url.setdefault(f"{r.host}{r.target}", []).append((r.start, r.end))
+    refetched = 0
+    for url, reqs in by_url.items():
+        for (start, end), (next_start, _) in zip(reqs, reqs[1:], strict=False):
+            kills = [t for t in kill_times if start <= t <= next_start]
+            assert kills, (f"{url} fetched twice within one run", reqs, kill_times)
+            assert end is None or end >= kills[0] - IN_FLIGHT_WINDOW, (url, kills[0] - end)
+            refetched += 1
+    assert refetched <= len(kill_times) * 64, refetched
+
+
+def test_sigint_then_resume_refetches_nothing(make_testweb: MakeWeb, tmp_path: Path) -> None:
+    web = make_testweb(pages=600, hosts=4, seed=9, crawl_delay=0.0)
+    want = set(web.oracle.crawl().fetched)
+    data = tmp_path / "c"
+    proc = start_cli(cli_args(web, data, "--threads", str(THREADS)))
+    time.sleep(2.0)
+    assert proc.poll() is None, "the crawl finished before the interrupt: use a bigger site"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, err.decode()[-2000:]
+    assert b"interrupted" in out
+    before = len(fetched_urls(data))
+    assert 0 < before < len(want)
+    final = start_cli(cli_args(web, data, "--threads", str(THREADS)))
+    out, err = final.communicate(timeout=120)
+    assert final.returncode == 0, err.decode()[-2000:]
+    assert b"crawl complete" in out
+    assert fetched_urls(data) == want
+    assert page_refetches(web) == {}
