@@ -33,41 +33,72 @@ def _nameserver(value: str) -> tuple[str, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m crawler", description="A single-PC web crawler on kvstore.")
+    parser = argparse.ArgumentParser(
+        prog="python -m crawler", description="A single-PC web crawler on kvstore."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     start = sub.add_parser(
-        "start", help="start a crawl, or resume the one in --data",
+        "start",
+        help="start a crawl, or resume the one in --data",
         description="Crawl from the seeds until nothing is pending (exit 0), a limit is reached, "
         "or Ctrl-C / SIGTERM (a clean stop; a second Ctrl-C stops at once, still safely).",
         epilog="example: python -m crawler start http://h0.test:8080/ --data crawl1 "
         "--nameserver 127.0.0.1:5353 --allow-private-ips --delay 0.1",
     )
-    start.add_argument("seeds", nargs="*", metavar="SEED", help="seed URLs (optional when resuming)")
-    start.add_argument("--data", required=True, metavar="DIR", help="data directory (created, or resumed)")
+    start.add_argument(
+        "seeds", nargs="*", metavar="SEED", help="seed URLs (optional when resuming)"
+    )
+    start.add_argument(
+        "--data", required=True, metavar="DIR", help="data directory (created, or resumed)"
+    )
     start.add_argument("--threads", type=int, default=cfgmod.DEFAULT_THREADS)
-    start.add_argument("--delay", type=float, default=cfgmod.DEFAULT_DELAY, help="seconds between requests to a host")
-    start.add_argument("--per-host", type=int, default=cfgmod.DEFAULT_PER_HOST, help="connections per host")
+    start.add_argument(
+        "--delay",
+        type=float,
+        default=cfgmod.DEFAULT_DELAY,
+        help="seconds between requests to a host",
+    )
+    start.add_argument(
+        "--per-host", type=int, default=cfgmod.DEFAULT_PER_HOST, help="connections per host"
+    )
     start.add_argument("--max-pages", type=int, help="stop after this many fetches")
     start.add_argument("--max-pages-per-host", type=int)
     start.add_argument("--max-depth", type=int, help="seeds are depth 0; each link adds 1")
-    start.add_argument("--nameserver", type=_nameserver, action="append", default=[], metavar="IP[:PORT]")
+    start.add_argument(
+        "--nameserver", type=_nameserver, action="append", default=[], metavar="IP[:PORT]"
+    )
     start.add_argument("--user-agent", default=cfgmod.DEFAULT_USER_AGENT)
-    start.add_argument("--allow-private-ips", action="store_true",
-                       help="allow fetching private/loopback addresses (off by default to protect your network)")
-    start.add_argument("--sync-interval", type=float, default=cfgmod.DEFAULT_SYNC_INTERVAL, help="seconds between fsyncs")
-    start.add_argument("--ca-bundle", metavar="FILE", help="CA certificates (PEM) to verify HTTPS against")
-    start.add_argument("--broad", action="store_true", help="follow links to any host (default: seed hosts only)")
+    start.add_argument(
+        "--allow-private-ips",
+        action="store_true",
+        help="allow fetching private/loopback addresses (off by default to protect your network)",
+    )
+    start.add_argument(
+        "--sync-interval",
+        type=float,
+        default=cfgmod.DEFAULT_SYNC_INTERVAL,
+        help="seconds between fsyncs",
+    )
+    start.add_argument(
+        "--ca-bundle", metavar="FILE", help="CA certificates (PEM) to verify HTTPS against"
+    )
+    start.add_argument(
+        "--broad", action="store_true", help="follow links to any host (default: seed hosts only)"
+    )
     start.add_argument("--allow-domain", action="append", default=[], metavar="DOMAIN")
     start.add_argument("--allow-regex", action="append", default=[], metavar="REGEX")
     start.add_argument("--deny-regex", action="append", default=[], metavar="REGEX")
-    start.add_argument("--ignore-robots", action="store_true", help="do not fetch or obey robots.txt")
+    start.add_argument(
+        "--ignore-robots", action="store_true", help="do not fetch or obey robots.txt"
+    )
     start.add_argument("--timeout", type=float, default=60.0, help="total seconds for one fetch")
     start.add_argument("--status-interval", type=float, default=cfgmod.DEFAULT_STATUS_INTERVAL)
     start.add_argument("--quiet", action="store_true", help="no status lines, only warnings")
 
     status = sub.add_parser(
-        "status", help="show the state of a running or stopped crawl",
+        "status",
+        help="show the state of a running or stopped crawl",
         epilog="example: python -m crawler status crawl1",
     )
     status.add_argument("data", metavar="DIR")
@@ -99,19 +130,34 @@ def _seeds(data_dir: str, new: list[str], max_length: int) -> list[str]:
 def cmd_start(args: argparse.Namespace) -> int:
     from .engine import Engine
 
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     all_seeds = _seeds(args.data, args.seeds, 2048)
     if not all_seeds:
         raise CrawlerError(f"{args.data}: no seeds: give at least one SEED URL")
     config = CrawlerConfig(
-        data_dir=args.data, seeds=tuple(args.seeds), threads=args.threads, delay=args.delay,
-        per_host=args.per_host, max_pages=args.max_pages, max_pages_per_host=args.max_pages_per_host,
-        max_depth=args.max_depth, nameservers=tuple(args.nameserver), user_agent=args.user_agent,
-        allow_private_ips=args.allow_private_ips, sync_interval=args.sync_interval,
-        ca_bundle=args.ca_bundle, obey_robots=not args.ignore_robots, broad=args.broad,
-        allow_domains=tuple(args.allow_domain), allow_regex=tuple(args.allow_regex),
-        deny_regex=tuple(args.deny_regex), total_timeout=args.timeout,
+        data_dir=args.data,
+        seeds=tuple(args.seeds),
+        threads=args.threads,
+        delay=args.delay,
+        per_host=args.per_host,
+        max_pages=args.max_pages,
+        max_pages_per_host=args.max_pages_per_host,
+        max_depth=args.max_depth,
+        nameservers=tuple(args.nameserver),
+        user_agent=args.user_agent,
+        allow_private_ips=args.allow_private_ips,
+        sync_interval=args.sync_interval,
+        ca_bundle=args.ca_bundle,
+        obey_robots=not args.ignore_robots,
+        broad=args.broad,
+        allow_domains=tuple(args.allow_domain),
+        allow_regex=tuple(args.allow_regex),
+        deny_regex=tuple(args.deny_regex),
+        total_timeout=args.timeout,
         status_interval=args.status_interval,
         scope_hosts=frozenset(origin(s)[1] for s in all_seeds),
     )
@@ -139,7 +185,9 @@ def cmd_start(args: argparse.Namespace) -> int:
         "pages_per_s": round(engine.fetched / max(elapsed, 1e-9), 1),
         "outcomes": dict(sorted(engine.outcomes.items())),
     }
-    state = "complete" if complete else ("interrupted" if interrupted else "stopped (limit reached)")
+    state = (
+        "complete" if complete else ("interrupted" if interrupted else "stopped (limit reached)")
+    )
     print(f"crawl {state}: {json.dumps(summary, sort_keys=True)}")
     if interrupted:
         return 128 + interrupted[0]
@@ -175,9 +223,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  pages recorded: {info['done']}")
     print(f"  pending bulks:  {info['pending_bulks']}")
     if snap:
-        print(f"  last status ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(snap['time']))}): "
-              f"fetched {snap['fetched']}, pending {snap['pending']}, in flight {snap['in_flight']}, "
-              f"hosts {snap['hosts']}, bad hosts {snap['bad_hosts']}, rss {snap['rss_mb']} MB")
+        print(
+            f"  last status ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(snap['time']))}): "
+            f"fetched {snap['fetched']}, pending {snap['pending']}, in flight {snap['in_flight']}, "
+            f"hosts {snap['hosts']}, bad hosts {snap['bad_hosts']}, rss {snap['rss_mb']} MB"
+        )
         for k, v in sorted(snap.get("outcomes", {}).items()):
             print(f"    {k}: {v}")
     return 0

@@ -29,6 +29,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import kvstore
 
@@ -72,17 +73,24 @@ class Engine:
             k: json.loads(self.bad_hosts[k]) for k in self.bad_hosts
         }
         self.dns = DNSCache(
-            list(config.nameservers) or None, timeout=config.dns_timeout,
+            list(config.nameservers) or None,
+            timeout=config.dns_timeout,
             allow_private_ips=config.allow_private_ips,
         )
         self.fetcher = Fetcher(
-            user_agent=config.user_agent, resolve=self.dns.resolve,
-            connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-            total_timeout=config.total_timeout, max_body_bytes=config.max_body_bytes,
-            max_decoded_bytes=config.max_decoded_bytes, ca_bundle=config.ca_bundle,
+            user_agent=config.user_agent,
+            resolve=self.dns.resolve,
+            connect_timeout=config.connect_timeout,
+            read_timeout=config.read_timeout,
+            total_timeout=config.total_timeout,
+            max_body_bytes=config.max_body_bytes,
+            max_decoded_bytes=config.max_decoded_bytes,
+            ca_bundle=config.ca_bundle,
         )
         self.scheduler = Scheduler(
-            per_host=config.per_host, delay=config.delay, max_waiting=config.waiting_limit,
+            per_host=config.per_host,
+            delay=config.delay,
+            max_waiting=config.waiting_limit,
             max_waiting_per_host=config.max_waiting_per_host,
         )
         self.robots = RobotsCache()
@@ -247,7 +255,9 @@ class Engine:
             self.fetched += 1
             return True
 
-    def _robots(self, slot: HostSlot, c: Claimed, scheme: str, host: str, port: int) -> _Result | None:
+    def _robots(
+        self, slot: HostSlot, c: Claimed, scheme: str, host: str, port: int
+    ) -> _Result | None:
         """None if the URL may be fetched now; otherwise what becomes of it."""
         url = c.entry.url
         key = robots_key(url)
@@ -260,7 +270,10 @@ class Engine:
             try:
                 status, body = self._fetch_robots(robots_url(url))
                 rules = RobotsRules.from_response(
-                    status, body, user_agent=self.config.user_agent, now=time.time(),
+                    status,
+                    body,
+                    user_agent=self.config.user_agent,
+                    now=time.time(),
                     previous=self.robots.peek(key),
                 )
             finally:
@@ -269,7 +282,9 @@ class Engine:
                 else:
                     self.robots.finish_fetch(key, rules)
             if rules.crawl_delay is not None:
-                slot.delay = max(self.config.delay, min(rules.crawl_delay, self.config.max_crawl_delay))
+                slot.delay = max(
+                    self.config.delay, min(rules.crawl_delay, self.config.max_crawl_delay)
+                )
             return _Result(None)  # robots.txt was this visit's request; the URL waits its turn
         if rules.state == "disallow_all_for_now":
             if c.entry.attempts < self.config.max_retries:
@@ -297,11 +312,18 @@ class Engine:
 
     # -- outcomes -----------------------------------------------------------------
 
-    def _record(self, c: Claimed, status: int, reason: str, **fields: object) -> bytes:
+    def _record(self, c: Claimed, status: int, reason: str, **fields: Any) -> bytes:
         with self._stats_lock:
             self.outcomes[reason or str(status)] += 1
-        return encode_page(PageRecord(url=c.entry.url, status=status, fetched_at=time.time(),
-                                      depth=c.entry.depth, reason=reason, **fields))  # type: ignore[arg-type]
+        page = PageRecord(
+            url=c.entry.url,
+            status=status,
+            fetched_at=time.time(),
+            depth=c.entry.depth,
+            reason=reason,
+            **fields,
+        )
+        return encode_page(page)
 
     def _submit(self, c: Claimed, record: bytes) -> None:
         self.frontier.submit(Outcome(c, record))
@@ -311,7 +333,11 @@ class Engine:
 
     def _mark_bad(self, host: str, reason: str) -> None:
         k = host_key(host)
-        entry = {"host": host, "reason": reason, "retry_at": time.time() + self.config.bad_host_retry}
+        entry: dict[str, float | str] = {
+            "host": host,
+            "reason": reason,
+            "retry_at": time.time() + self.config.bad_host_retry,
+        }
         self._bad[k] = entry
         self.bad_hosts[k] = json.dumps(entry).encode()
 
@@ -320,7 +346,7 @@ class Engine:
             self._mark_bad(host, reason)
             return self._final(c, 0, reason)
         if reason in _TRANSIENT and c.entry.attempts < self.config.max_retries:
-            return self._retry(c, reason, self.config.backoff * (2 ** c.entry.attempts))
+            return self._retry(c, reason, self.config.backoff * (2**c.entry.attempts))
         return self._final(c, 0, reason)
 
     def _retry(self, c: Claimed, reason: str, wait: float) -> _Result:
@@ -335,7 +361,7 @@ class Engine:
         e = c.entry
         status = r.status
         if status in (429, 503) or 500 <= status < 600:
-            wait = cfg.backoff * (2 ** e.attempts)
+            wait = cfg.backoff * (2**e.attempts)
             if status in (429, 503):
                 ra = parse_retry_after(r.headers.get("retry-after", ""), time.time())
                 if ra is not None:
@@ -357,10 +383,17 @@ class Engine:
         elif status == 200:
             ctype = r.headers.get("content-type")
             if is_html(ctype, r.body[:512]):
-                page = extract(r.body, r.url, content_type=ctype, max_url_length=cfg.max_url_length,
-                               follow_rel_nofollow=not cfg.obey_robots)
+                page = extract(
+                    r.body,
+                    r.url,
+                    content_type=ctype,
+                    max_url_length=cfg.max_url_length,
+                    follow_rel_nofollow=not cfg.obey_robots,
+                )
                 outlinks = len(page.links)
-                tag_nofollow, tag_noindex = robots_directives(r.headers.get("x-robots-tag", ""), self._agent)
+                tag_nofollow, tag_noindex = robots_directives(
+                    r.headers.get("x-robots-tag", ""), self._agent
+                )
                 noindex = (page.noindex or tag_noindex) and cfg.obey_robots
                 nofollow = (page.nofollow or tag_nofollow) and cfg.obey_robots
                 if not nofollow and (cfg.max_depth is None or e.depth + 1 <= cfg.max_depth):
@@ -370,12 +403,22 @@ class Engine:
         record = self._page(c, r, reason, outlinks=outlinks, noindex=noindex)
         return _Result(Outcome(c, record, links=links))
 
-    def _page(self, c: Claimed, r: FetchResult, reason: str, *, outlinks: int = 0, noindex: bool = False) -> bytes:
+    def _page(
+        self, c: Claimed, r: FetchResult, reason: str, *, outlinks: int = 0, noindex: bool = False
+    ) -> bytes:
         keep_body = r.status == 200 and not reason and not noindex
         return self._record(
-            c, r.status, reason, final_url=r.url, ip=r.ip, headers=dict(r.headers),
-            content_type=r.headers.get("content-type", ""), redirect=r.redirect or "",
-            outlinks=outlinks, truncated=r.truncate_reason or "", noindex=noindex,
+            c,
+            r.status,
+            reason,
+            final_url=r.url,
+            ip=r.ip,
+            headers=dict(r.headers),
+            content_type=r.headers.get("content-type", ""),
+            redirect=r.redirect or "",
+            outlinks=outlinks,
+            truncated=r.truncate_reason or "",
+            noindex=noindex,
             body=r.body if keep_body else b"",
         )
 

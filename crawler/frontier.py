@@ -96,7 +96,9 @@ class Frontier:
         try:
             self.main = kvstore.open(os.path.join(data_dir, "main"), buffer_size=64 << 20)
         except kvstore.exceptions.StoreLockedError as exc:
-            raise DataDirError(f"{data_dir}: another crawl is running on this data directory") from exc
+            raise DataDirError(
+                f"{data_dir}: another crawl is running on this data directory"
+            ) from exc
         self.pend = kvstore.open(os.path.join(data_dir, "pend"), buffer_size=64 << 20)
         self.pend_set = kvstore.KeySet()
         self.processing = kvstore.KeySet()
@@ -207,7 +209,11 @@ class Frontier:
         if not candidates:
             return [], []
         arr = _keys_array([k for k, _ in candidates])
-        known = self.main.contains_many(arr) | self.pend_set.contains_many(arr) | self.processing.contains_many(arr)
+        known = (
+            self.main.contains_many(arr)
+            | self.pend_set.contains_many(arr)
+            | self.processing.contains_many(arr)
+        )
         entries: list[Pending] = []
         keys: list[bytes] = []
         seen: set[bytes] = set()
@@ -248,7 +254,9 @@ class Frontier:
         with self._qlock:
             queued = bool(self._queue or self._seeds)
         with self._lock:
-            return not queued and not self._claimed and not self._finished and not len(self._unclaimed)
+            return (
+                not queued and not self._claimed and not self._finished and not len(self._unclaimed)
+            )
 
     def counts(self) -> dict[str, int]:
         return {

@@ -30,7 +30,9 @@ class PageRecord:
     status: int  # HTTP status, or 0 when no response was received
     fetched_at: float
     depth: int
-    reason: str = ""  # "" for a response; otherwise the failure class (dns_nxdomain, read_timeout...)
+    reason: str = (
+        ""  # "" for a response; otherwise the failure class (dns_nxdomain, read_timeout...)
+    )
     final_url: str = ""  # the URL that answered (same as url: redirects are separate records)
     ip: str = ""
     headers: dict[str, str] = field(default_factory=dict)

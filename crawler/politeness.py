@@ -89,7 +89,9 @@ class Scheduler:
         """Queue a URL for its host; False if the host's (or the global) wait list is full."""
         with self._cond:
             s = self._slot(host)
-            if not front and (len(s.queue) >= self.max_waiting_per_host or self.waiting >= self.max_waiting):
+            if not front and (
+                len(s.queue) >= self.max_waiting_per_host or self.waiting >= self.max_waiting
+            ):
                 return False
             if front:
                 s.queue.appendleft(item)

@@ -70,11 +70,22 @@ class Reporter:
         snap = self.snapshot(final=final)
         self._last = time.monotonic()
         self._last_fetched = snap["fetched"]
-        top = ", ".join(f"{k}={v}" for k, v in sorted(snap["outcomes"].items(), key=lambda kv: -kv[1])[:6])
+        top = ", ".join(
+            f"{k}={v}" for k, v in sorted(snap["outcomes"].items(), key=lambda kv: -kv[1])[:6]
+        )
         log.info(
-            "fetched %d (%.1f/s) pending %d in flight %d waiting %d hosts %d bad hosts %d | %s | %.1f MB rss %.0f MB",
-            snap["fetched"], snap["pages_per_s"], snap["pending"], snap["in_flight"], snap["waiting"],
-            snap["hosts"], snap["bad_hosts"], top or "no errors", snap["mb"], snap["rss_mb"],
+            "fetched %d (%.1f/s) pending %d in flight %d waiting %d hosts %d bad hosts %d"
+            " | %s | %.1f MB rss %.0f MB",
+            snap["fetched"],
+            snap["pages_per_s"],
+            snap["pending"],
+            snap["in_flight"],
+            snap["waiting"],
+            snap["hosts"],
+            snap["bad_hosts"],
+            top or "no errors",
+            snap["mb"],
+            snap["rss_mb"],
         )
         write_status(self.engine.config.data_dir, snap)
         return snap

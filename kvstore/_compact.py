@@ -75,7 +75,10 @@ class _Writer:
             breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
             run_starts = np.concatenate(([0], breaks))
             run_ends = np.concatenate((breaks, [len(starts)])) - 1
-            chunk = b"".join(mm[a:b] for a, b in zip(starts[run_starts].tolist(), ends[run_ends].tolist(), strict=True))
+            chunk = b"".join(
+                mm[a:b]
+                for a, b in zip(starts[run_starts].tolist(), ends[run_ends].tolist(), strict=True)
+            )
             _files.write_all(self.val_fd, chunk)
             self.val_end += len(chunk)
         recs = fmt.key_records(keys, new_offs)
@@ -130,7 +133,9 @@ def compact(store: Store) -> None:
     try:
         with mm:
             for start in range(fmt.HEADER_SIZE, snapshot, _CHUNK * fmt.KEY_RECORD_SIZE):
-                recs = _read_keys(old.key_path, start, min(snapshot, start + _CHUNK * fmt.KEY_RECORD_SIZE))
+                recs = _read_keys(
+                    old.key_path, start, min(snapshot, start + _CHUNK * fmt.KEY_RECORD_SIZE)
+                )
                 keys = fmt.record_keys(recs)
                 offs = recs["off"]
                 with store._lock:
@@ -143,7 +148,9 @@ def compact(store: Store) -> None:
             store._flush_locked(g)
             with _map(old, g.wbuf[0]) as tail_mm:
                 for start in range(snapshot, g.key_size, _CHUNK * fmt.KEY_RECORD_SIZE):
-                    recs = _read_keys(old.key_path, start, min(g.key_size, start + _CHUNK * fmt.KEY_RECORD_SIZE))
+                    recs = _read_keys(
+                        old.key_path, start, min(g.key_size, start + _CHUNK * fmt.KEY_RECORD_SIZE)
+                    )
                     writer.append(tail_mm, fmt.record_keys(recs), recs["off"])
             writer.publish()
             writer.close()
@@ -162,8 +169,12 @@ def compact(store: Store) -> None:
             for path in (old.key_path, old.val_path):
                 os.remove(path)  # readers holding the old files keep reading them
             log.info(
-                "%s: compacted generation %d (%d bytes) into %d (%d bytes)", store.path, old.gen,
-                g.key_size + g.wbuf[0], old.gen + 1, writer.key_size + writer.val_end,
+                "%s: compacted generation %d (%d bytes) into %d (%d bytes)",
+                store.path,
+                old.gen,
+                g.key_size + g.wbuf[0],
+                old.gen + 1,
+                writer.key_size + writer.val_end,
             )
     except BaseException:
         writer.discard()

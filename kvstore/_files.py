@@ -48,7 +48,10 @@ _DATA_RE = re.compile(r"^data-(\d{6,})\.(key|val)(\.tmp)?$")
 
 
 def data_paths(directory: str, gen: int) -> tuple[str, str]:
-    return (os.path.join(directory, f"data-{gen:06d}.key"), os.path.join(directory, f"data-{gen:06d}.val"))
+    return (
+        os.path.join(directory, f"data-{gen:06d}.key"),
+        os.path.join(directory, f"data-{gen:06d}.val"),
+    )
 
 
 def fsync_dir(directory: str) -> None:
@@ -87,7 +90,9 @@ def acquire_lock(path: str) -> int:
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     except PermissionError as exc:
-        raise StorePermissionError(exc.errno, f"cannot open lock file: {exc.strerror}", lock_path) from exc
+        raise StorePermissionError(
+            exc.errno, f"cannot open lock file: {exc.strerror}", lock_path
+        ) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -148,7 +153,9 @@ class DataFiles:
             self.val_fd = os.open(self.val_path, flags)
         except PermissionError as exc:
             self.close()
-            raise StorePermissionError(exc.errno, f"cannot open data file: {exc.strerror}", exc.filename) from exc
+            raise StorePermissionError(
+                exc.errno, f"cannot open data file: {exc.strerror}", exc.filename
+            ) from exc
         self.mm: tuple[mmap.mmap | None, int] = (None, 0)
 
     def remap(self, length: int) -> tuple[mmap.mmap | None, int]:
@@ -191,8 +198,10 @@ def check_headers(files: DataFiles) -> None:
     vgen = fmt.unpack_header(val_hdr, fmt.VAL_MAGIC, files.val_path)
     if kgen != files.gen or vgen != files.gen:
         raise CorruptStoreError(
-            files.key_path, 16, f"generation mismatch: file name says {files.gen}, "
-            f"KEY header {kgen}, VAL header {vgen}"
+            files.key_path,
+            16,
+            f"generation mismatch: file name says {files.gen}, "
+            f"KEY header {kgen}, VAL header {vgen}",
         )
 
 
@@ -201,21 +210,29 @@ def load_records(files: DataFiles, *, readonly: bool, tail_check_bytes: int) -> 
     check_headers(files)
     key_size = os.fstat(files.key_fd).st_size
     n = (key_size - fmt.HEADER_SIZE) // fmt.KEY_RECORD_SIZE
-    records = np.fromfile(files.key_path, dtype=fmt.KEY_RECORD_DTYPE, count=n, offset=fmt.HEADER_SIZE)
+    records = np.fromfile(
+        files.key_path, dtype=fmt.KEY_RECORD_DTYPE, count=n, offset=fmt.HEADER_SIZE
+    )
     n = len(records)  # the file may have been shorter by the time we read it
     # VAL is sized after KEY is read: every record we read had its value written first.
     val_size = os.fstat(files.val_fd).st_size
     offs = records["off"]
-    bad = (offs < fmt.TOMBSTONE) | ((offs >= 0) & ((offs < fmt.HEADER_SIZE) | (offs > val_size - fmt.VAL_HEADER_SIZE)))
+    bad = (offs < fmt.TOMBSTONE) | (
+        (offs >= 0) & ((offs < fmt.HEADER_SIZE) | (offs > val_size - fmt.VAL_HEADER_SIZE))
+    )
     first_bad = int(np.argmax(bad)) if bad.any() else n
     valid, val_end = _check_tail(files, offs, first_bad, val_size, tail_check_bytes)
     dropped = n - valid
     key_end = fmt.HEADER_SIZE + valid * fmt.KEY_RECORD_SIZE
     if dropped or key_end != key_size or val_end != val_size:
         log.warning(
-            "%s: recovery dropped %d KEY record(s), %d torn KEY byte(s) and %d unreferenced VAL byte(s)%s",
-            files.directory, dropped, key_size - fmt.HEADER_SIZE - n * fmt.KEY_RECORD_SIZE,
-            val_size - val_end, "" if readonly else f"; cut bytes saved in {RECOVERED_DIR}/",
+            "%s: recovery dropped %d KEY record(s), %d torn KEY byte(s) and "
+            "%d unreferenced VAL byte(s)%s",
+            files.directory,
+            dropped,
+            key_size - fmt.HEADER_SIZE - n * fmt.KEY_RECORD_SIZE,
+            val_size - val_end,
+            "" if readonly else f"; cut bytes saved in {RECOVERED_DIR}/",
         )
         if not readonly:
             _truncate(files, key_end, val_end)
@@ -242,7 +259,9 @@ def _check_tail(
             return rec, val_end
         length, crc = fmt.unpack_val_header(data, rel)
         end = rel + fmt.VAL_HEADER_SIZE + length
-        if end > len(data) or not fmt.value_is_intact(memoryview(data)[rel + fmt.VAL_HEADER_SIZE : end], crc):
+        if end > len(data) or not fmt.value_is_intact(
+            memoryview(data)[rel + fmt.VAL_HEADER_SIZE : end], crc
+        ):
             return rec, val_end
         prev_end = val_end = off + fmt.VAL_HEADER_SIZE + length
     return limit, val_end

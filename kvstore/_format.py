@@ -23,6 +23,7 @@ are always a suffix of the KEY file. See docs/FORMAT.md.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import struct
 import zlib
 
@@ -64,14 +65,20 @@ def pack_header(magic: bytes, generation: int) -> bytes:
 def unpack_header(data: bytes, magic: bytes, path: str) -> int:
     """Check a file header; return its generation or raise a clear error."""
     if len(data) < HEADER_SIZE:
-        raise CorruptStoreError(path, 0, f"file header is {len(data)} bytes, expected {HEADER_SIZE}")
+        raise CorruptStoreError(
+            path, 0, f"file header is {len(data)} bytes, expected {HEADER_SIZE}"
+        )
     got_magic, version, _flags, generation = _HEADER.unpack_from(data)
     if got_magic != magic:
-        raise CorruptStoreError(path, 0, f"bad magic {got_magic!r}, expected {magic!r}: not a kvstore file")
+        raise CorruptStoreError(
+            path, 0, f"bad magic {got_magic!r}, expected {magic!r}: not a kvstore file"
+        )
     if version > FORMAT_VERSION:
         raise UnsupportedVersionError(
-            path, 4, f"format version {version} is newer than this kvstore reads "
-            f"({FORMAT_VERSION}); upgrade kvstore"
+            path,
+            4,
+            f"format version {version} is newer than this kvstore reads "
+            f"({FORMAT_VERSION}); upgrade kvstore",
         )
     if version < 1:
         raise CorruptStoreError(path, 4, f"invalid format version {version}")
@@ -86,7 +93,9 @@ def pack_val_header(length: int, crc: int) -> bytes:
     return _VAL_HEADER.pack(length, crc)
 
 
-def unpack_val_header(data: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
+def unpack_val_header(
+    data: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0
+) -> tuple[int, int]:
     """Return (length, crc32) of the value record header at ``pos``."""
     length, crc = _VAL_HEADER.unpack_from(data, pos)
     return length, crc
@@ -109,7 +118,9 @@ def val_records(values: list[bytes]) -> tuple[bytes, np.ndarray]:
     headers[:, 1] = np.fromiter(map(zlib.crc32, values), dtype=np.uint32, count=n)
     hdr_bytes = headers.tobytes()
     parts: list[bytes] = [b""] * (2 * n)
-    parts[0::2] = [hdr_bytes[i : i + VAL_HEADER_SIZE] for i in range(0, n * VAL_HEADER_SIZE, VAL_HEADER_SIZE)]
+    parts[0::2] = [
+        hdr_bytes[i : i + VAL_HEADER_SIZE] for i in range(0, n * VAL_HEADER_SIZE, VAL_HEADER_SIZE)
+    ]
     parts[1::2] = values
     rel = np.zeros(n, dtype=np.int64)
     if n > 1:

@@ -112,7 +112,8 @@ def _mulhi(a: np.ndarray, b: int) -> np.ndarray:
     b_lo, b_hi = np.uint64(b & 0xFFFF_FFFF), np.uint64(b >> 32)
     ll, lh, hl, hh = a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi
     mid = (ll >> s32) + (lh & m32) + (hl & m32)
-    return hh + (lh >> s32) + (hl >> s32) + (mid >> s32)
+    out: np.ndarray = hh + (lh >> s32) + (hl >> s32) + (mid >> s32)
+    return out
 
 
 def hash_keys(keys: np.ndarray) -> np.ndarray:
@@ -120,7 +121,7 @@ def hash_keys(keys: np.ndarray) -> np.ndarray:
     halves = keys.view(_U64).reshape(-1, 2)
     lo, hi = halves[:, 0], halves[:, 1]
     c_lo, c_hi = MULT128 & M64, MULT128 >> 64
-    v = _mulhi(lo, c_lo) + lo * np.uint64(c_hi) + hi * np.uint64(c_lo)
+    v: np.ndarray = _mulhi(lo, c_lo) + lo * np.uint64(c_hi) + hi * np.uint64(c_lo)
     v ^= v >> np.uint64(32)
     v *= np.uint64(MULT64)
     v ^= v >> np.uint64(29)
@@ -134,7 +135,9 @@ def as_key_array(keys: Any) -> np.ndarray:
             return np.ascontiguousarray(keys)
         if keys.dtype.itemsize == KEY_SIZE and keys.ndim == 1 and keys.dtype.kind in "VS":
             return np.ascontiguousarray(keys).view(np.uint8).reshape(-1, KEY_SIZE)
-        raise ValueError(f"keys array must be (n, 16) uint8 or (n,) V16/S16, got {keys.dtype} {keys.shape}")
+        raise ValueError(
+            f"keys array must be (n, 16) uint8 or (n,) V16/S16, got {keys.dtype} {keys.shape}"
+        )
     keys = list(keys)
     for k in keys:
         if not isinstance(k, bytes | bytearray | memoryview) or len(k) != KEY_SIZE:
@@ -345,7 +348,9 @@ class HashIndex:
     # probing (position, step, key halves, batch index) and shrink them all
     # with one mask per round; slot state and keys are read with 1-D gathers.
 
-    def lookup_many(self, keys: np.ndarray, count_probes: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def lookup_many(
+        self, keys: np.ndarray, count_probes: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Return (values with -1 for absent, probes used) for an (n, 16) uint8 array."""
         n = len(keys)
         out = np.full(n, -1, dtype=np.int64)
@@ -428,7 +433,9 @@ class HashIndex:
             if seg.live < MIN_LOAD * seg.cap and seg.cap > MIN_SEGMENT_CAPACITY:
                 self._rebuild(s, seg.live)
 
-    def _insert_segment(self, seg: _Segment, keys: np.ndarray, h: np.ndarray, values: np.ndarray) -> None:
+    def _insert_segment(
+        self, seg: _Segment, keys: np.ndarray, h: np.ndarray, values: np.ndarray
+    ) -> None:
         """Vectorized insert into one segment of keys ordered latest first.
 
         A key takes the first EMPTY slot of its probe sequence, or its own slot

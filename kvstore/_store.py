@@ -83,7 +83,9 @@ class _Generation:
 
     __slots__ = ("files", "index", "wbuf", "kbuf", "key_size")
 
-    def __init__(self, files: _files.DataFiles, index: HashIndex, val_end: int, key_size: int) -> None:
+    def __init__(
+        self, files: _files.DataFiles, index: HashIndex, val_end: int, key_size: int
+    ) -> None:
         self.files = files
         self.index = index
         self.wbuf: tuple[int, bytearray] = (val_end, bytearray())
@@ -168,7 +170,9 @@ class Store(MutableMapping[bytes, bytes]):
         raise StoreNotFoundError(2, "store files keep changing under a read-only open", self.path)
 
     def _load(self, files: _files.DataFiles, capacity: int, tail_check_bytes: int) -> _Generation:
-        loaded = _files.load_records(files, readonly=self.readonly, tail_check_bytes=tail_check_bytes)
+        loaded = _files.load_records(
+            files, readonly=self.readonly, tail_check_bytes=tail_check_bytes
+        )
         recs = loaded.records
         index = HashIndex(_OFFSET_WIDTH, capacity=max(capacity, len(recs)))
         for start in range(0, len(recs), _OPEN_CHUNK):
@@ -261,11 +265,15 @@ class Store(MutableMapping[bytes, bytes]):
             if off + 8 <= mlen and mm is not None:
                 length, crc = _VAL_HEADER.unpack_from(mm, off)
                 end = off + 8 + length
-                value = mm[off + 8 : end] if end <= mlen else os.pread(files.val_fd, length, off + 8)
+                value = (
+                    mm[off + 8 : end] if end <= mlen else os.pread(files.val_fd, length, off + 8)
+                )
             else:
                 head = os.pread(files.val_fd, 8 + 4096, off)
                 if len(head) < 8:
-                    raise CorruptStoreError(files.val_path, off, "value record is past the end of the file")
+                    raise CorruptStoreError(
+                        files.val_path, off, "value record is past the end of the file"
+                    )
                 length, crc = _VAL_HEADER.unpack_from(head)
                 value = head[8 : 8 + length]
                 if len(value) < length:
@@ -316,7 +324,7 @@ class Store(MutableMapping[bytes, bytes]):
             value = bytes(value)
         if len(value) > self.max_value_size:
             raise ValueTooLargeError(len(value), self.max_value_size)
-        return value
+        return bytes(value)
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
         if type(key) is not bytes or len(key) != fmt.KEY_SIZE:
@@ -356,7 +364,10 @@ class Store(MutableMapping[bytes, bytes]):
             arr = as_key_array(keys)
         except ValueError as exc:
             raise InvalidKeyError(str(exc)) from None
-        vals = [v if type(v) is bytes and len(v) <= self.max_value_size else self._check_value(v) for v in values]
+        vals = [
+            v if type(v) is bytes and len(v) <= self.max_value_size else self._check_value(v)
+            for v in values
+        ]
         if len(vals) != len(arr):
             raise ValueError(f"put_many: {len(arr)} keys but {len(vals)} values")
         if not vals:

@@ -28,7 +28,9 @@ def verify(files: DataFiles, key_size: int, val_end: int) -> list[Damage]:
         prev_end = fmt.HEADER_SIZE
         for start in range(0, n, _CHUNK):
             recs = np.fromfile(
-                files.key_path, dtype=fmt.KEY_RECORD_DTYPE, count=min(_CHUNK, n - start),
+                files.key_path,
+                dtype=fmt.KEY_RECORD_DTYPE,
+                count=min(_CHUNK, n - start),
                 offset=fmt.HEADER_SIZE + start * fmt.KEY_RECORD_SIZE,
             )
             for key, off in zip(recs["key"].tolist(), recs["off"].tolist(), strict=True):
@@ -40,7 +42,9 @@ def verify(files: DataFiles, key_size: int, val_end: int) -> list[Damage]:
                 length, crc = fmt.unpack_val_header(mm, off)
                 end = off + fmt.VAL_HEADER_SIZE + length
                 if end > val_end:
-                    damages.append(Damage(key, off, f"value length {length} runs past the end of the VAL file"))
+                    damages.append(
+                        Damage(key, off, f"value length {length} runs past the end of the VAL file")
+                    )
                 elif zlib.crc32(mm[off + fmt.VAL_HEADER_SIZE : end]) != crc:
                     damages.append(Damage(key, off, "CRC mismatch"))
                 elif off < prev_end:

@@ -1,4 +1,4 @@
-"""Running the crawler against a test web, in-process or as a subprocess, and reading its results."""
+"""Running the crawler against a test web (in-process or as a subprocess); reading its results."""
 
 from __future__ import annotations
 
@@ -19,16 +19,29 @@ REPO = Path(__file__).resolve().parents[2]
 
 def config_for(web: TestWeb, data_dir: Path, **overrides: Any) -> CrawlerConfig:
     settings: dict[str, Any] = dict(
-        data_dir=str(data_dir), threads=16, delay=0.0, per_host=2,
-        nameservers=(web.nameserver,), allow_private_ips=True, ca_bundle=str(web.ca_file),
-        broad=True, status_interval=3600.0, sync_interval=3600.0,
-        connect_timeout=5.0, read_timeout=5.0, total_timeout=10.0, backoff=0.05, max_retry_after=2.0,
+        data_dir=str(data_dir),
+        threads=16,
+        delay=0.0,
+        per_host=2,
+        nameservers=(web.nameserver,),
+        allow_private_ips=True,
+        ca_bundle=str(web.ca_file),
+        broad=True,
+        status_interval=3600.0,
+        sync_interval=3600.0,
+        connect_timeout=5.0,
+        read_timeout=5.0,
+        total_timeout=10.0,
+        backoff=0.05,
+        max_retry_after=2.0,
     )
     settings.update(overrides)
     return CrawlerConfig(**settings)
 
 
-def run_crawl(web: TestWeb, data_dir: Path, seeds: list[str] | None = None, **overrides: Any) -> Engine:
+def run_crawl(
+    web: TestWeb, data_dir: Path, seeds: list[str] | None = None, **overrides: Any
+) -> Engine:
     engine = Engine(config_for(web, data_dir, **overrides))
     engine.add_seeds(seeds or [web.seed_url])
     engine.complete = engine.run()  # type: ignore[attr-defined]
@@ -53,13 +66,35 @@ def fetched_urls(data_dir: Path) -> set[str]:
 def cli_args(web: TestWeb, data_dir: Path, *extra: str) -> list[str]:
     host, port = web.nameserver
     return [
-        sys.executable, "-m", "crawler", "start", web.seed_url, "--data", str(data_dir),
-        "--nameserver", f"{host}:{port}", "--allow-private-ips", "--ca-bundle", str(web.ca_file),
-        "--broad", "--delay", "0", "--per-host", "2", "--threads", "8", "--status-interval", "3600",
-        "--timeout", "10", *extra,
+        sys.executable,
+        "-m",
+        "crawler",
+        "start",
+        web.seed_url,
+        "--data",
+        str(data_dir),
+        "--nameserver",
+        f"{host}:{port}",
+        "--allow-private-ips",
+        "--ca-bundle",
+        str(web.ca_file),
+        "--broad",
+        "--delay",
+        "0",
+        "--per-host",
+        "2",
+        "--threads",
+        "8",
+        "--status-interval",
+        "3600",
+        "--timeout",
+        "10",
+        *extra,
     ]
 
 
 def start_cli(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+    return subprocess.Popen(
+        args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs
+    )

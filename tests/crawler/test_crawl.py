@@ -6,11 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from crawl_helpers import fetched_urls, records, run_crawl
 
 from crawler.urls import host_key
 from tools.testweb import TestWeb, fault
-
-from crawl_helpers import fetched_urls, records, run_crawl
 
 MakeWeb = Callable[..., TestWeb]
 
@@ -20,13 +19,18 @@ def robots_urls(web: TestWeb) -> set[str]:
 
 
 @pytest.mark.slow
-def test_full_crawl_matches_the_oracle_and_fetches_each_page_once(make_testweb: MakeWeb, tmp_path: Path) -> None:
+def test_full_crawl_matches_the_oracle_and_fetches_each_page_once(
+    make_testweb: MakeWeb, tmp_path: Path
+) -> None:
     web = make_testweb(pages=2000, hosts=20, seed=3, crawl_delay=0.05)
     want = web.oracle.crawl()
     engine = run_crawl(web, tmp_path / "crawl", threads=32, per_host=4)
     assert engine.complete
     got = fetched_urls(tmp_path / "crawl")
-    assert got == set(want.fetched), (sorted(got - set(want.fetched))[:5], sorted(set(want.fetched) - got)[:5])
+    assert got == set(want.fetched), (
+        sorted(got - set(want.fetched))[:5],
+        sorted(set(want.fetched) - got)[:5],
+    )
     assert web.log.urls() == set(want.requests)
     assert not web.log.duplicates()
     # Every outcome is recorded: robots-blocked URLs too, so nothing is tried twice.
@@ -59,7 +63,12 @@ def test_politeness_per_host_limit_and_delay(make_testweb: MakeWeb, tmp_path: Pa
 
 
 def test_retry_after_is_honoured(make_testweb: MakeWeb, tmp_path: Path) -> None:
-    web = make_testweb(pages=30, hosts=1, seed=2, faults=[fault("status_429", host="h0.test", prefix="/s1/", retry_after=1)])
+    web = make_testweb(
+        pages=30,
+        hosts=1,
+        seed=2,
+        faults=[fault("status_429", host="h0.test", prefix="/s1/", retry_after=1)],
+    )
     engine = run_crawl(web, tmp_path / "c", threads=4, per_host=1)
     assert engine.complete
     assert fetched_urls(tmp_path / "c") == set(web.oracle.crawl().fetched)
@@ -70,20 +79,33 @@ def test_retry_after_is_honoured(make_testweb: MakeWeb, tmp_path: Path) -> None:
 
 
 def test_slow_host_does_not_stall_the_others(make_testweb: MakeWeb, tmp_path: Path) -> None:
-    web = make_testweb(pages=100, hosts=4, seed=4, crawl_delay=0.0,
-                       faults=[fault("slow_first_byte", host="h1.test", prefix="/", delay=0.3)])
-    engine = run_crawl(web, tmp_path / "c", threads=16, per_host=1, total_timeout=5.0, read_timeout=5.0)
+    web = make_testweb(
+        pages=100,
+        hosts=4,
+        seed=4,
+        crawl_delay=0.0,
+        faults=[fault("slow_first_byte", host="h1.test", prefix="/", delay=0.3)],
+    )
+    engine = run_crawl(
+        web, tmp_path / "c", threads=16, per_host=1, total_timeout=5.0, read_timeout=5.0
+    )
     assert engine.complete
     want = web.oracle.crawl()
     assert fetched_urls(tmp_path / "c") == set(want.fetched)
     # While h1 answered one request a second, the other hosts were served back to back.
     h1_end = max(r.end for r in web.log.records(host="h1.test"))
-    others_end = max(r.end for h in ("h0.test", "h2.test", "h3.test") for r in web.log.records(host=h))
+    others_end = max(
+        r.end for h in ("h0.test", "h2.test", "h3.test") for r in web.log.records(host=h)
+    )
     assert others_end < h1_end
 
 
-def test_each_host_is_resolved_once_and_dead_hosts_are_bad_hosts(make_testweb: MakeWeb, tmp_path: Path) -> None:
-    web = make_testweb(pages=80, hosts=3, seed=6, crawl_delay=0.0, faults=[fault("nxdomain"), fault("refused")])
+def test_each_host_is_resolved_once_and_dead_hosts_are_bad_hosts(
+    make_testweb: MakeWeb, tmp_path: Path
+) -> None:
+    web = make_testweb(
+        pages=80, hosts=3, seed=6, crawl_delay=0.0, faults=[fault("nxdomain"), fault("refused")]
+    )
     engine = run_crawl(web, tmp_path / "c")
     assert engine.complete
     for host in web.log.hosts():
@@ -91,7 +113,12 @@ def test_each_host_is_resolved_once_and_dead_hosts_are_bad_hosts(make_testweb: M
     assert not web.log.records(host="nx.test") and not web.log.records(host="refused.test")
     recs = records(tmp_path / "c")
     reasons = {r.reason for u, r in recs.items() if "nx.test" in u or "refused.test" in u}
-    assert reasons <= {"dns_nxdomain", "connect_refused", "bad_host:dns_nxdomain", "bad_host:connect_refused"}
+    assert reasons <= {
+        "dns_nxdomain",
+        "connect_refused",
+        "bad_host:dns_nxdomain",
+        "bad_host:connect_refused",
+    }
     import kvstore
 
     with kvstore.open(tmp_path / "c" / "badhosts", readonly=True) as bad:

@@ -18,7 +18,9 @@ def link(i: int, depth: int = 1) -> tuple[bytes, Pending]:
 
 
 def page(c: Claimed) -> bytes:
-    return encode_page(PageRecord(url=c.entry.url, status=200, fetched_at=1.0, depth=c.entry.depth, body=b"x"))
+    return encode_page(
+        PageRecord(url=c.entry.url, status=200, fetched_at=1.0, depth=c.entry.depth, body=b"x")
+    )
 
 
 def claim_all(f: Frontier) -> list[Claimed]:

@@ -11,10 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from crawl_helpers import cli_args, fetched_urls, start_cli
 
 from tools.testweb import TestWeb
-
-from crawl_helpers import cli_args, fetched_urls, start_cli
 
 MakeWeb = Callable[..., TestWeb]
 THREADS = 8
@@ -22,7 +21,9 @@ THREADS = 8
 
 def page_refetches(web: TestWeb) -> dict[str, int]:
     """URLs (robots.txt aside: each run reads it again) requested more than once, and how often."""
-    counts = Counter(f"{r.host}{r.target}" for r in web.log.records() if not r.target.endswith("/robots.txt"))
+    counts = Counter(
+        f"{r.host}{r.target}" for r in web.log.records() if not r.target.endswith("/robots.txt")
+    )
     return {url: n for url, n in counts.items() if n > 1}
 
 
@@ -53,8 +54,12 @@ def test_kill9_at_random_moments_loses_nothing(make_testweb: MakeWeb, tmp_path: 
             proc.communicate()
             break  # it finished before this kill
         kill(proc)
-        kill_times.append(time.time())  # after: a request that started before this was the killed run's
-    assert len(kill_times) >= 10, "the crawl finished too soon to be killed ten times: use a bigger site"
+        kill_times.append(
+            time.time()
+        )  # after: a request that started before this was the killed run's
+    assert len(kill_times) >= 10, (
+        "the crawl finished too soon to be killed ten times: use a bigger site"
+    )
     final = start_cli(cli_args(web, data, "--threads", str(THREADS)))
     out, err = final.communicate(timeout=240)
     assert final.returncode == 0, err.decode()[-2000:]

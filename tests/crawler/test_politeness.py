@@ -16,7 +16,9 @@ class Clock:
 
 
 def make(clock: Clock, **kw: int | float) -> Scheduler:
-    settings: dict[str, int | float] = dict(per_host=1, delay=1.0, max_waiting=100, max_waiting_per_host=10)
+    settings: dict[str, int | float] = dict(
+        per_host=1, delay=1.0, max_waiting=100, max_waiting_per_host=10
+    )
     settings.update(kw)
     return Scheduler(clock=clock, **settings)  # type: ignore[arg-type]
 

@@ -1,0 +1,99 @@
+"""``python -m crawler``: help, errors, a crawl through the command line, and status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from crawler.cli import main
+from tools.testweb import TestWeb
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("command", ["start", "status"])
+def test_every_command_has_help_with_an_example(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "example: python -m crawler " + command in out
+    assert command in (REPO / "README.md").read_text()
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert main(["start", "http://a.test/"]) == 2  # --data is required
+    assert main(["start", "--data", "x", "--nameserver", "1.2.3.4:port"]) == 2
+
+
+def test_bad_seed_and_missing_seeds_are_clear_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["start", "ftp://a.test/", "--data", str(tmp_path / "c")]) == 1
+    assert "crawler: error: bad seed URL" in capsys.readouterr().err
+    assert main(["start", "--data", str(tmp_path / "d")]) == 1
+    assert "no seeds" in capsys.readouterr().err
+
+
+def test_status_of_a_missing_crawl_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", str(tmp_path / "none")]) == 1
+    assert "no such crawl directory" in capsys.readouterr().err
+
+
+def test_a_crawl_from_the_command_line_then_status(
+    make_testweb: Callable[..., TestWeb], tmp_path: Path
+) -> None:
+    testweb = make_testweb(pages=60, hosts=3, seed=0, crawl_delay=0.0)
+    data = tmp_path / "c"
+    host, port = testweb.nameserver
+    args = [
+        sys.executable,
+        "-m",
+        "crawler",
+        "start",
+        testweb.seed_url,
+        "--data",
+        str(data),
+        "--nameserver",
+        f"{host}:{port}",
+        "--allow-private-ips",
+        "--delay",
+        "0",
+        "--threads",
+        "8",
+        "--ca-bundle",
+        str(testweb.ca_file),
+        "--broad",
+        "--status-interval",
+        "0.2",
+    ]
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("crawl complete: ")
+    summary = json.loads(done.stdout.split(": ", 1)[1])
+    pages = [r for r in testweb.log.records() if not r.target.endswith("/robots.txt")]
+    assert summary["complete"] and summary["fetched"] == len(pages)
+    assert "fetched" in done.stderr and "rss" in done.stderr  # the status line
+    status = subprocess.run(
+        [sys.executable, "-m", "crawler", "status", str(data), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    info = json.loads(status.stdout)
+    assert info["running"] is False
+    assert info["done"] == len(testweb.oracle.crawl().fetched) + summary["outcomes"].get(
+        "robots_disallowed", 0
+    )
+    assert info["pending_bulks"] == 0
+    assert info["last_status"]["fetched"] == summary["fetched"]
