@@ -365,6 +365,8 @@ class WebServer:
                 for i in range(len(body)):
                     rec.bytes += 1
                     rec.end = time.time()
+                    if i + 1 == len(body):
+                        rec.outcome = "ok"  # logged before the client can read the last byte
                     writer.write(body[i : i + 1])
                     await writer.drain()
                     if i + 1 < len(body):
