@@ -47,6 +47,8 @@ from .urls import host_key, normalize, origin, url_key
 
 log = logging.getLogger(__name__)
 
+# Bulks claimed per feeder pass (then the status line gets its turn).
+_FEED_BULKS = 64
 # Failures that say the host itself is unreachable: it goes to BadHosts.
 _HOST_FAILURES = {"connect_refused", "connect_timeout"}
 # Failures that no retry of robots.txt will cure: the URL fails with the same reason.
@@ -102,7 +104,7 @@ class Engine:
         self._stopping = threading.Event()
         self._limit_reached = threading.Event()
         self._workers: list[threading.Thread] = []
-        self.started = time.time()
+        self._workers_done = threading.Event()  # tells the committer to drain and stop
 
     # -- seeds ----------------------------------------------------------------
 
@@ -119,7 +121,7 @@ class Engine:
 
     def stop(self) -> None:
         self._stopping.set()
-        self.scheduler.wake_all()
+        self.scheduler.close()
 
     def run(self) -> bool:
         """Crawl until complete (True) or stopped / limit reached (False)."""
@@ -147,11 +149,11 @@ class Engine:
                     time.sleep(0.02)
         finally:
             self._stopping.set()
+            self.scheduler.close()
             self.scheduler.drain()  # their bulks stay live in PendDB
-            self.scheduler.wake_all()
             for t in self._workers:
                 t.join()
-            self._commit_done = True
+            self._workers_done.set()
             committer.join()
             reporter.report(final=True)
             self.close()
@@ -165,7 +167,9 @@ class Engine:
     def _feed(self) -> bool:
         """Claim bulks while the scheduler has room; True if anything was claimed."""
         fed = False
-        while self.scheduler.has_room() and not self._limit_reached.is_set():
+        for _ in range(_FEED_BULKS):  # bounded, so the status line is not starved
+            if not self.scheduler.has_room() or self._limit_reached.is_set():
+                break
             claimed = self.frontier.claim()
             if claimed is None:
                 break
@@ -181,9 +185,8 @@ class Engine:
         return fed
 
     def _commit_loop(self) -> None:
-        self._commit_done = False
         while True:
-            done = self._commit_done
+            done = self._workers_done.is_set()  # read before committing: nothing can follow it
             try:
                 n = self.frontier.commit()
             except Exception:  # noqa: BLE001 - a failed write must stop the crawl, not vanish
@@ -197,7 +200,7 @@ class Engine:
 
     def _work_loop(self) -> None:
         while not self._stopping.is_set():
-            item = self.scheduler.next(timeout=0.25)
+            item = self.scheduler.next()  # returns None once stop() closes the scheduler
             if item is None:
                 continue
             slot, claimed = item

@@ -20,6 +20,7 @@ caller sends the URL back to PendDB.
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 import time
 from collections import deque
@@ -62,6 +63,8 @@ class Scheduler:
         self._heap: list[tuple[float, int, HostSlot]] = []
         self._seq = 0
         self._cond = threading.Condition()
+        self._timer_until = math.inf  # when the worker watching the heap wakes up
+        self._closed = False
         self.waiting = 0
         self.active = 0
 
@@ -101,37 +104,57 @@ class Scheduler:
             self._push(s)
             return True
 
-    def next(self, timeout: float) -> tuple[HostSlot, Any] | None:
-        """The next URL whose host may be contacted now, or None after ``timeout``."""
-        deadline = self._clock() + timeout
+    def next(self, timeout: float | None = None) -> tuple[HostSlot, Any] | None:
+        """The next URL whose host may be contacted now; None after ``timeout``
+        (``None``: wait until one is ready or ``close()``).
+
+        Thousands of workers wait here, so idle ones sleep untimed: only one
+        (the *timer*) sleeps until the earliest host's time, and whoever takes a
+        URL wakes one more to take over that role.
+        """
+        deadline = None if timeout is None else self._clock() + timeout
         with self._cond:
             while True:
                 now = self._clock()
-                while self._heap:
-                    at, _, s = self._heap[0]
-                    if at != s.next_at and s.next_at > at:  # the host's time moved: re-file it
-                        heapq.heapreplace(self._heap, (s.next_at, self._seq, s))
-                        self._seq += 1
-                        continue
-                    if at > now:
-                        break
-                    heapq.heappop(self._heap)
-                    s.in_heap = False
-                    if not s.queue or s.active >= self.per_host:
-                        continue
-                    item = s.queue.popleft()
-                    self.waiting -= 1
-                    s.active += 1
-                    s.pages += 1
-                    self.active += 1
-                    self._push(s)  # more connections allowed for it?
-                    return s, item
-                if now >= deadline:
+                got = self._pop_ready(now)
+                if got is not None:
+                    if self._heap:
+                        self._cond.notify()  # someone must watch the next host's time
+                    return got
+                if self._closed or (deadline is not None and now >= deadline):
                     return None
-                wait = deadline - now
-                if self._heap:
-                    wait = min(wait, max(0.0, self._heap[0][0] - now))
+                wait = None if deadline is None else deadline - now
+                # Become a timer if no one is watching the earliest host's time.
+                timer = bool(self._heap) and self._heap[0][0] < self._timer_until
+                if timer:
+                    self._timer_until = self._heap[0][0]
+                    until_top = max(0.0, self._timer_until - now)
+                    wait = until_top if wait is None else min(wait, until_top)
                 self._cond.wait(wait)
+                if timer:
+                    self._timer_until = math.inf
+
+    def _pop_ready(self, now: float) -> tuple[HostSlot, Any] | None:
+        while self._heap:
+            at, _, s = self._heap[0]
+            if at != s.next_at and s.next_at > at:  # the host's time moved: re-file it
+                self._seq += 1
+                heapq.heapreplace(self._heap, (s.next_at, self._seq, s))
+                continue
+            if at > now:
+                return None
+            heapq.heappop(self._heap)
+            s.in_heap = False
+            if not s.queue or s.active >= self.per_host:
+                continue
+            item = s.queue.popleft()
+            self.waiting -= 1
+            s.active += 1
+            s.pages += 1
+            self.active += 1
+            self._push(s)  # more connections allowed for it?
+            return s, item
+        return None
 
     def release(self, s: HostSlot, *, not_before: float = 0.0) -> None:
         """A fetch for ``s`` ended: free the connection; the host waits its delay
@@ -140,8 +163,7 @@ class Scheduler:
             s.active -= 1
             self.active -= 1
             s.next_at = max(s.next_at, self._clock() + s.delay, not_before)
-            self._push(s)
-            self._cond.notify_all()
+            self._push(s)  # wakes one waiting worker if the host has more to do
 
     def drain(self) -> list[Any]:
         """Remove and return every waiting URL (at shutdown)."""
@@ -162,6 +184,8 @@ class Scheduler:
     def hosts(self) -> int:
         return len(self._slots)
 
-    def wake_all(self) -> None:
+    def close(self) -> None:
+        """Make every ``next()``, blocked or future, return None: the workers stop."""
         with self._cond:
+            self._closed = True
             self._cond.notify_all()

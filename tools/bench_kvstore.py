@@ -108,6 +108,8 @@ def values_for(pool: list[bytes], n: int) -> list[bytes]:
 
 # --------------------------------------------------------------------------- drivers
 
+_LMDB_TXN_DELETES = 1_000_000
+
 class Driver:
     """One store behind the operations the benchmark times. Loops bind methods to locals."""
 
@@ -382,10 +384,13 @@ class LmdbDriver(Driver):
                 get(k)
 
     def delete_loop(self, keys: list[bytes]) -> None:
-        with self.env.begin(write=True) as txn:
-            delete = txn.delete
-            for k in keys:
-                delete(k)
+        # One transaction per million deletes: at 10M keys a single one fails with
+        # MDB_TXN_FULL (too many dirty pages).
+        for start in range(0, len(keys), _LMDB_TXN_DELETES):
+            with self.env.begin(write=True) as txn:
+                delete = txn.delete
+                for k in keys[start : start + _LMDB_TXN_DELETES]:
+                    delete(k)
 
     def exists(self, key: bytes) -> bool:
         return self.get(key) is not None

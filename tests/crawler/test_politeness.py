@@ -99,3 +99,25 @@ def test_a_blocked_worker_wakes_when_a_host_becomes_ready() -> None:
     t.join(timeout=5)
     assert not t.is_alive()
     assert got and got[0] is not None and got[0][1] == "x"  # type: ignore[index]
+
+
+def test_close_releases_blocked_workers() -> None:
+    s = Scheduler(per_host=1, delay=0.0, max_waiting=10, max_waiting_per_host=10)
+    got: list[object] = ["not yet"]
+    t = threading.Thread(target=lambda: got.__setitem__(0, s.next()))
+    t.start()
+    s.close()
+    t.join(timeout=5)
+    assert not t.is_alive() and got == [None]
+
+
+def test_a_host_becoming_ready_later_is_served_on_time() -> None:
+    clock = Clock()
+    s = make(clock, delay=0.5)
+    s.offer("a", 1)
+    s.offer("a", 2)
+    slot, _ = s.next(timeout=0)  # type: ignore[misc]
+    s.release(slot)
+    assert s.next(timeout=0) is None
+    clock.now += 0.5
+    assert s.next(timeout=0) is not None
