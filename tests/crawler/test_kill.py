@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from crawl_helpers import cli_args, fetched_urls, start_cli
 
-from tools.testweb import TestWeb
+from tools.testweb import TestWeb, fault
 
 MakeWeb = Callable[..., TestWeb]
 THREADS = 8
@@ -98,3 +98,26 @@ def test_sigint_then_resume_refetches_nothing(make_testweb: MakeWeb, tmp_path: P
     assert b"crawl complete" in out
     assert fetched_urls(data) == want
     assert page_refetches(web) == {}
+
+
+def test_second_sigint_stops_at_once_and_is_safe(make_testweb: MakeWeb, tmp_path: Path) -> None:
+    # h1's pages answer slowly, so the clean stop after the first Ctrl-C waits for fetches.
+    slow = fault("slow_first_byte", host="h1.test", prefix="/", delay=3.0)
+    web = make_testweb(pages=200, hosts=4, seed=10, crawl_delay=0.0, faults=[slow])
+    want = set(web.oracle.crawl().fetched)
+    data = tmp_path / "c"
+    args = cli_args(web, data, "--threads", str(THREADS), "--per-host", str(THREADS))
+    proc = start_cli(args)
+    time.sleep(4.0)  # past start-up and robots.txt: workers are inside h1's slow fetches
+    assert proc.poll() is None, "the crawl finished before the interrupt: use a bigger site"
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)  # signals are not queued: two at once would count as one
+    assert proc.poll() is None, "the clean stop did not wait for the slow fetches"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGINT, err.decode()[-2000:]
+    assert b"crawl " not in out  # no orderly shutdown, no summary: it stopped at once
+    final = start_cli(args)
+    out, err = final.communicate(timeout=180)
+    assert final.returncode == 0, err.decode()[-2000:]
+    assert fetched_urls(data) == want
