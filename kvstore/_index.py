@@ -430,7 +430,8 @@ class HashIndex:
             # Latest first: the lowest position in `idx[::-1]` wins each contested slot.
             idx = idx[::-1]
             self._insert_segment(seg, keys[idx], h[idx], values[idx])
-            if seg.live < MIN_LOAD * seg.cap and seg.cap > MIN_SEGMENT_CAPACITY:
+            # Shrink only a segment that deletions emptied, never one still filling up.
+            if seg.deleted and seg.live < MIN_LOAD * seg.cap and seg.cap > MIN_SEGMENT_CAPACITY:
                 self._rebuild(s, seg.live)
 
     def _insert_segment(

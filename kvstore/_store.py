@@ -19,6 +19,7 @@ never returns wrong bytes.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import struct
@@ -54,6 +55,19 @@ _VAL_HEADER = struct.Struct("<II")
 _OFF = struct.Struct("<q")
 _TOMB = _OFF.pack(fmt.TOMBSTONE)
 _OFFSET_WIDTH = 6  # index bytes per offset: VAL files up to 128 TiB
+
+
+def _release_freed_memory() -> None:
+    """Hand the heap freed by an index build back to the OS (glibc keeps it otherwise).
+
+    A build's temporaries are tens of MB; glibc raises its mmap threshold after
+    freeing such blocks and then serves them from the heap, which it does not
+    shrink on its own. Elsewhere this is a no-op.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 @dataclass(frozen=True)
@@ -174,14 +188,17 @@ class Store(MutableMapping[bytes, bytes]):
             files, readonly=self.readonly, tail_check_bytes=tail_check_bytes
         )
         recs = loaded.records
+        val_end = loaded.val_end
+        key_size = fmt.HEADER_SIZE + len(recs) * fmt.KEY_RECORD_SIZE
         index = HashIndex(_OFFSET_WIDTH, capacity=max(capacity, len(recs)))
         for start in range(0, len(recs), _OPEN_CHUNK):
             chunk = recs[start : start + _OPEN_CHUNK]
             index.set_many(fmt.record_keys(chunk), chunk["off"])
         index.fit(min_keys=capacity)
-        files.remap(loaded.val_end)
-        key_size = fmt.HEADER_SIZE + len(recs) * fmt.KEY_RECORD_SIZE
-        return _Generation(files, index, loaded.val_end, key_size)
+        del recs, loaded
+        _release_freed_memory()
+        files.remap(val_end)
+        return _Generation(files, index, val_end, key_size)
 
     # -- lifecycle ------------------------------------------------------------
 
