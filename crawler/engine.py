@@ -382,7 +382,7 @@ class Engine:
             if e.hops + 1 > cfg.max_redirects:
                 reason = "redirect_limit"
             else:
-                links = self._admissible([r.redirect], e.depth, e.hops + 1)
+                links = self._admissible([r.redirect], e.depth, e.hops + 1, normalized=False)
         elif status == 200:
             ctype = r.headers.get("content-type")
             if is_html(ctype, r.body[:512]):
@@ -425,11 +425,16 @@ class Engine:
             body=r.body if keep_body else b"",
         )
 
-    def _admissible(self, urls: list[str], depth: int, hops: int) -> list[tuple[bytes, Pending]]:
+    def _admissible(
+        self, urls: list[str], depth: int, hops: int, *, normalized: bool = True
+    ) -> list[tuple[bytes, Pending]]:
+        """The links worth submitting, keyed. ``extract()`` already returns
+        normalized URLs; a redirect's Location is normalized here."""
         out = []
         for u in urls:
             try:
-                u = normalize(u, max_length=self.config.max_url_length)
+                if not normalized:
+                    u = normalize(u, max_length=self.config.max_url_length)
                 _, host, _ = origin(u)
             except URLError:
                 continue
