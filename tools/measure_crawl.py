@@ -27,6 +27,28 @@ from tools.testweb import SiteConfig, TestWeb, fault
 REPO = Path(__file__).resolve().parents[1]
 
 
+def crawl_command(web: TestWeb, data: str | os.PathLike[str], *options: str) -> list[str]:
+    """``python -m crawler start`` aimed at ``web``: its seed, its DNS server and CA,
+    loopback allowed, every host in scope; ``options`` come after (and win)."""
+    host, port = web.nameserver
+    return [
+        sys.executable,
+        "-m",
+        "crawler",
+        "start",
+        web.seed_url,
+        "--data",
+        str(data),
+        "--nameserver",
+        f"{host}:{port}",
+        "--allow-private-ips",
+        "--ca-bundle",
+        str(web.ca_file),
+        "--broad",
+        *options,
+    ]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pages", type=int, default=50_000)
@@ -50,20 +72,9 @@ def main() -> int:
     with TestWeb(config, faults=faults) as web, tempfile.TemporaryDirectory() as tmp:
         data = args.data or os.path.join(tmp, "crawl")
         host, port = web.nameserver
-        cmd = [
-            sys.executable,
-            "-m",
-            "crawler",
-            "start",
-            web.seed_url,
-            "--data",
+        cmd = crawl_command(
+            web,
             data,
-            "--nameserver",
-            f"{host}:{port}",
-            "--allow-private-ips",
-            "--ca-bundle",
-            str(web.ca_file),
-            "--broad",
             "--delay",
             str(args.delay),
             "--per-host",
@@ -74,7 +85,7 @@ def main() -> int:
             "5",
             "--timeout",
             "30",
-        ]
+        )
         if args.max_pages:
             cmd += ["--max-pages", str(args.max_pages)]
         if args.ignore_robots:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import kvstore
 from crawler.config import CrawlerConfig
 from crawler.engine import Engine
 from crawler.pages import PageRecord, decode_page
+from tools.measure_crawl import crawl_command
 from tools.testweb import TestWeb
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,21 +64,9 @@ def fetched_urls(data_dir: Path) -> set[str]:
 
 
 def cli_args(web: TestWeb, data_dir: Path, *extra: str) -> list[str]:
-    host, port = web.nameserver
-    return [
-        sys.executable,
-        "-m",
-        "crawler",
-        "start",
-        web.seed_url,
-        "--data",
-        str(data_dir),
-        "--nameserver",
-        f"{host}:{port}",
-        "--allow-private-ips",
-        "--ca-bundle",
-        str(web.ca_file),
-        "--broad",
+    return crawl_command(
+        web,
+        data_dir,
         "--delay",
         "0",
         "--per-host",
@@ -90,7 +78,7 @@ def cli_args(web: TestWeb, data_dir: Path, *extra: str) -> list[str]:
         "--timeout",
         "10",
         *extra,
-    ]
+    )
 
 
 def start_cli(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
