@@ -17,19 +17,22 @@ Theory of operation.
    U+FFFD, so lxml always gets valid UTF-8 and never stops on an encoding
    error; bad bytes never raise.
 3. *Parsing*: lxml's HTML parser (libxml2) with ``recover=True``,
-   ``no_network=True``, ``huge_tree=False``, no comments or PIs, driven with
-   a parser *target* that keeps only the few start tags we want; no tree is
-   built. That choice is measured, not taste: building a tree loses every
-   link after ``</html>`` (pages where a CMS or a server appends markup
-   after the end tag, which browsers put in the body) and everything after
-   256 levels of nesting (``huge_tree=False``; unclosed ``<font>`` or
-   ``<div>`` reach that on real pages), and a tree of a 10 MB page costs
-   ~35 bytes of RAM per byte. The target sees both, holds memory in
-   proportion to the links, and nothing recurses: 100,000 nested ``<div>``
-   are fine on a 256 KiB thread stack. It costs 1.3-2x the CPU of a tree
-   walk on a 13 KB page (a Python call per start tag). The body is fed in
-   64 KiB pieces (push parsing): handed over whole, libxml2 gives up at the
-   10 MB mark of a long text run.
+   ``no_network=True``, ``huge_tree=False``, no comments or PIs. Two ways,
+   one answer. A tree loses every link after ``</html>`` (pages where a CMS
+   or a server appends markup after the end tag, which browsers put in the
+   body) and everything after 256 levels of nesting (unclosed ``<font>`` or
+   ``<div>`` reach that on real pages), and a tree of a 10 MB page costs ~35
+   bytes of RAM per byte. So the *streaming* parser drives a parser
+   *target* that keeps only the few start tags we want: it sees both cases,
+   holds memory in proportion to the links, and nothing recurses (100,000
+   nested ``<div>`` are fine on a 256 KiB thread stack); the body is fed in
+   64 KiB pieces (handed over whole, libxml2 gives up at the 10 MB mark of a
+   long text run). But it makes a Python call per start tag under the GIL.
+   The *fast path* parses pages up to ``_TREE_MAX_BYTES`` into a tree (libxml2
+   runs without the GIL) and lets C code find the wanted tags; it is used
+   only when it cannot differ: no wanted tag after ``</html>`` and no fatal
+   parser error (the depth limit is one). Otherwise the streaming parser
+   decides. A test checks that both agree on hostile and mangled pages.
 4. *Links*: ``<a href>``, ``<area href>``, ``<frame src>`` and
    ``<iframe src>`` (frames hold HTML pages whose links a frameset site
    needs; iframes are pages too, and out-of-scope embeds are dropped by the
@@ -49,7 +52,8 @@ Theory of operation.
    caller's decision. The X-Robots-Tag header is the caller's too
    (:func:`robots_directives` parses its value).
 
-Thread safety: every call builds its own parser; nothing is shared.
+Thread safety: a streaming parse builds its own parser; a tree parse borrows an idle
+parser from a free list (one parse per parser at a time).
 """
 
 from __future__ import annotations
@@ -91,6 +95,13 @@ _RAW_FACTOR = 4  # distinct raw tags kept per allowed link: bounds memory on stu
 _CHUNK = 1 << 16
 _TAGS = ("a", "area", "base", "meta", "frame", "iframe")
 _UNLIMITED = 1 << 40
+# Pages up to this size are parsed into a tree first (the GIL is released while
+# libxml2 parses; ~2x less CPU than the target). Larger ones always stream.
+_TREE_MAX_BYTES = 1 << 20
+# A wanted tag after </html>: a tree drops it, the target parser keeps it.
+_AFTER_END = re.compile(rb"</html.*<(?:a|area|base|meta|frame|iframe)[\s/>]", re.I | re.S)
+# Idle tree parsers (a parser serves one parse at a time; list pop/append are atomic).
+_TREE_PARSERS: list[etree.HTMLParser] = []
 
 # WHATWG Encoding Standard: labels that browsers decode with a superset codec.
 _SUPERSETS = {
@@ -274,6 +285,46 @@ class _Collector:
 
 def _scan(data: bytes, cap: int) -> tuple[list[Item], bool, bool]:
     """(distinct wanted start tags in document order, over ``cap``, read to the end)."""
+    if len(data) <= _TREE_MAX_BYTES:
+        found = _scan_tree(data, cap)
+        if found is not None:
+            return found
+    return _scan_target(data, cap)
+
+
+def _scan_tree(data: bytes, cap: int) -> tuple[list[Item], bool, bool] | None:
+    """The fast path: libxml2 builds a small tree without the GIL and C code finds the
+    wanted tags. None when the tree may have lost links (nesting past libxml2's depth
+    limit, any error, or a wanted tag after ``</html>``): the target parser then decides."""
+    if _AFTER_END.search(data) is not None:
+        return None
+    try:
+        parser = _TREE_PARSERS.pop()
+    except IndexError:
+        parser = etree.HTMLParser(encoding="utf-8", recover=True, no_network=True,
+                                  huge_tree=False, remove_comments=True, remove_pis=True,
+                                  collect_ids=False)
+    try:
+        root = etree.fromstring(data, parser)
+        if parser.error_log.filter_from_level(etree.ErrorLevels.FATAL):
+            return None
+        items: dict[Item, None] = {}
+        overflow = False
+        if root is not None:
+            for el in root.iter(_TAGS):
+                item = _item(el.tag, el.get)
+                if len(items) < cap:
+                    items[item] = None
+                elif item not in items:
+                    overflow = True
+        return list(items), overflow, True
+    except (etree.LxmlError, ValueError):
+        return None
+    finally:
+        _TREE_PARSERS.append(parser)
+
+
+def _scan_target(data: bytes, cap: int) -> tuple[list[Item], bool, bool]:
     collector = _Collector(cap)
     parser = etree.HTMLParser(encoding="utf-8", recover=True, no_network=True, huge_tree=False,
                               remove_comments=True, remove_pis=True, collect_ids=False,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from crawler import links as links_mod
 from crawler.exceptions import URLError
 from crawler.links import (
     PageLinks,
@@ -564,3 +565,45 @@ class TestTestWeb:
         for t in threads:
             t.join()
         assert results == [want] * 6
+
+
+class TestTreeFastPath:
+    """extract() parses small pages into a tree (fast, GIL released) and falls back to the
+    streaming target parser whenever a tree could lose links: both must agree."""
+
+    def test_both_scanners_agree_on_every_hostile_and_mangled_page(
+        self, make_testweb: Callable[..., TestWeb]
+    ) -> None:
+        kinds = ("charsets", "malformed", "base_href", "link_schemes", "idn", "meta_robots",
+                 "long_urls", "spider_trap")
+        web = make_testweb(pages=30, hosts=2, faults=[fault(k) for k in kinds])
+        site = web.site
+        bodies = []
+        for pid in range(web.graph.pages):
+            t = split(site.page_url(pid))
+            assert t is not None
+            bodies.append(site.body(t.host, site.lookup(t.host, t.target)))
+        for kind in kinds:
+            for path in ("page", "deep", "ok-1", "a", "b"):
+                node = site.lookup("h0.test", f"/x/{kind}/{path}")
+                if node.status == 200 and node.html:
+                    bodies.append(site.body("h0.test", node))
+        rng = random.Random(5)
+        mangled = []
+        for body in bodies[:40]:
+            cut = rng.randrange(len(body))
+            mangled.append(body[:cut])  # a torn page
+            mangled.append(body + b'</html><p><a href="/after-end">x</a>')
+            mangled.append(body.replace(b"</", b"<", rng.randrange(1, 50)))  # unclosed tags
+        tree_used = 0
+        for data in bodies + mangled:
+            slow = links_mod._scan_target(data, 400)
+            assert links_mod._scan(data, 400) == slow
+            tree_used += links_mod._scan_tree(data, 400) is not None
+        assert tree_used > len(bodies) // 2  # the fast path is the common case
+
+    def test_links_after_the_end_tag_and_past_the_depth_limit_are_kept(self) -> None:
+        after = b'<html><body><a href="/in">i</a></body></html><a href="/after">a</a>'
+        assert extract(after, "http://e.com/").links == ("http://e.com/in", "http://e.com/after")
+        deep = b"<div>" * 300 + b'<a href="/deep">d</a>'
+        assert extract(deep, "http://e.com/").links == ("http://e.com/deep",)
