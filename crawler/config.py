@@ -94,8 +94,13 @@ class Scope:
         self.allow = [re.compile(p) for p in config.allow_regex]
         self.deny = [re.compile(p) for p in config.deny_regex]
 
+    @property
+    def everything(self) -> bool:
+        """Every URL is in scope (no need to look at its host)."""
+        return self.broad and not self.deny and not self.allow
+
     def allows(self, url: str, host: str) -> bool:
-        if any(p.search(url) for p in self.deny):
+        if self.deny and any(p.search(url) for p in self.deny):
             return False
         if self.allow and not any(p.search(url) for p in self.allow):
             return False

@@ -43,7 +43,7 @@ from .links import extract, is_html, robots_directives
 from .pages import PageRecord, Pending, encode_page
 from .politeness import HostSlot, Scheduler
 from .robots import RobotsCache, RobotsRules, product_token, robots_key, robots_url
-from .urls import host_key, normalize, origin, url_key
+from .urls import host_key, host_of, normalize, origin, url_key
 
 log = logging.getLogger(__name__)
 
@@ -430,12 +430,14 @@ class Engine:
     ) -> list[tuple[bytes, Pending]]:
         """The links worth submitting, keyed. ``extract()`` already returns
         normalized URLs; a redirect's Location is normalized here."""
+        if normalized and self.scope.everything:
+            return [(url_key(u), Pending(u, depth, hops)) for u in urls]
         out = []
         for u in urls:
             try:
                 if not normalized:
                     u = normalize(u, max_length=self.config.max_url_length)
-                _, host, _ = origin(u)
+                host = host_of(u)
             except URLError:
                 continue
             if self.scope.allows(u, host):

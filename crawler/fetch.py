@@ -1,11 +1,13 @@
-"""One HTTP(S) GET, bounded in every dimension: the crawler's only door to requests.
+"""One HTTP(S) GET, bounded in every dimension: the crawler's only door to the web.
 
 Theory of operation
 -------------------
 ``Fetcher.fetch(url)`` resolves the host with ``resolve`` (the crawler's DNS
-cache; its DNSError propagates unchanged) and sends one GET through a requests
-``HTTPAdapter`` whose urllib3 pools are keyed by (scheme, host, port) as usual
-but whose connections open their socket to the resolved IP. The connection
+cache; its DNSError propagates unchanged) and sends one GET straight through
+urllib3 (requests' own transport, without requests' per-request preparation,
+which cost more CPU than the rest of the exchange): pools are keyed by
+(scheme, host, port) as usual but their connections open their socket to the
+resolved IP. The connection
 keeps the host *name*, so http.client puts it in the Host header and urllib3
 sends it as TLS SNI and checks the certificate against it (one SSLContext per
 Fetcher: CERT_REQUIRED, hostname check, ``ca_bundle`` or certifi). Kept-alive
@@ -67,10 +69,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-import requests
-from requests.adapters import HTTPAdapter
 from requests.utils import DEFAULT_CA_BUNDLE_PATH
-from urllib3 import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager, Timeout
 from urllib3 import exceptions as u3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 
@@ -181,7 +181,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _classify(exc: BaseException, in_body: bool) -> str:
-    """The reason class of a requests/urllib3/http.client/ssl/socket error."""
+    """The reason class of a urllib3/http.client/ssl/socket error."""
     chain = _chain(exc)
 
     def has(*types: type[BaseException]) -> bool:
@@ -189,25 +189,48 @@ def _classify(exc: BaseException, in_body: bool) -> str:
 
     if has(ConnectionRefusedError):
         return "connect_refused"
-    if has(u3.ReadTimeoutError, requests.ReadTimeout, TimeoutError) and not has(
-            u3.ConnectTimeoutError, requests.ConnectTimeout):
+    if has(u3.ReadTimeoutError, TimeoutError) and not has(u3.ConnectTimeoutError):
         return "read_timeout"
     if has(u3.NewConnectionError):
         return "connect_error"
-    if has(u3.ConnectTimeoutError, requests.ConnectTimeout, TimeoutError):
+    if has(u3.ConnectTimeoutError, TimeoutError):
         return "connect_timeout"
     if has(u3.InvalidChunkLength, zlib.error):
         return "protocol"
     if in_body or has(ConnectionResetError, BrokenPipeError, ConnectionAbortedError,
                       http.client.IncompleteRead, u3.IncompleteRead):
         return "reset"  # mid-body, anything that ends the stream early
-    if has(ssl.SSLError, u3.SSLError, requests.exceptions.SSLError):
+    if has(ssl.SSLError, u3.SSLError):
         return "tls"
     return "protocol"
 
 
 def _detail(exc: BaseException) -> str:
     return repr(_chain(exc)[-1])[:200]
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    scheme: str
+    host: str
+    port: int
+    target: str  # path and query, as sent
+
+
+def _request_of(url: str) -> _Request:
+    """Split an http(s) URL for urlopen; URLError if it cannot be sent as it is."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise URLError(url, f"cannot be requested: {exc}") from exc
+    scheme = parts.scheme.lower()
+    if not host or scheme not in ("http", "https"):
+        raise URLError(url, "not an http(s) URL with a host")
+    if not url.isascii() or any(c in url for c in " \t\r\n\x00"):
+        raise URLError(url, "cannot be requested: not a normalized URL (raw spaces or non-ASCII)")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return _Request(scheme, host, port or (443 if scheme == "https" else 80), target)
 
 
 # -- the watchdog ------------------------------------------------------------------------
@@ -336,7 +359,7 @@ class _Watchdog:
                     w.sock = None
 
 
-# -- urllib3 and requests plumbing ------------------------------------------------------
+# -- urllib3 plumbing ------------------------------------------------------
 
 
 class _HTTPConnection(HTTPConnection):
@@ -398,22 +421,13 @@ class _HTTPSPool(_PoolMixin, HTTPSConnectionPool):
     ConnectionCls = _HTTPSConnection
 
 
-class _Adapter(HTTPAdapter):
-    """requests' adapter over pools of resolved connections; TLS from our SSLContext."""
-
-    def __init__(self, ssl_context: ssl.SSLContext, **kwargs: Any) -> None:
-        self._ssl_context = ssl_context
-        super().__init__(**kwargs)
-
-    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False,
-                         **pool_kwargs: Any) -> None:
-        super().init_poolmanager(connections, maxsize, block, ssl_context=self._ssl_context,
-                                 **pool_kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
-
-    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
-        """Nothing per request: the shared SSLContext holds the trust store and
-        CERT_REQUIRED (requests would load its CA file on every connection)."""
+def _pool_manager(ssl_context: ssl.SSLContext, connections: int, maxsize: int) -> PoolManager:
+    """Pools of resolved connections, LRU over ``connections`` hosts; TLS from our context
+    (CERT_REQUIRED and the trust store live in it, loaded once)."""
+    manager = PoolManager(num_pools=connections, maxsize=maxsize, block=False,
+                          ssl_context=ssl_context)
+    manager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+    return manager
 
 
 def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
@@ -478,7 +492,7 @@ class Fetcher:
             if not value > 0:
                 raise ConfigError(f"{name} must be > 0, got {value!r}")
         self._resolve = resolve
-        self._timeout = (connect_timeout, read_timeout)
+        self._timeout = Timeout(connect=connect_timeout, read=read_timeout)
         self._total = total_timeout
         self._max_body = max_body_bytes
         self._max_decoded = max_decoded_bytes
@@ -486,8 +500,7 @@ class Fetcher:
         self._headers = {"User-Agent": user_agent, "Accept": accept,
                          "Accept-Encoding": "gzip, deflate"}
         self._dog = _Watchdog()
-        self._adapter = _Adapter(_ssl_context(ca_bundle), pool_connections=pool_connections,
-                                 pool_maxsize=pool_maxsize, max_retries=0)
+        self._pools = _pool_manager(_ssl_context(ca_bundle), pool_connections, pool_maxsize)
         self._closed = False
 
     def fetch(self, url: str) -> FetchResult:
@@ -496,14 +509,8 @@ class Fetcher:
         started, t0 = time.time(), time.monotonic()
         if self._closed:
             raise FetchError(url, "aborted", "the fetcher is closed")
-        try:
-            request = requests.Request("GET", url, headers=self._headers).prepare()
-            host = urlsplit(url).hostname
-        except (requests.RequestException, ValueError) as exc:
-            raise URLError(url, f"cannot be requested: {exc}") from exc
-        if not host or urlsplit(url).scheme.lower() not in ("http", "https"):
-            raise URLError(url, "not an http(s) URL with a host")
-        ip = self._resolve(host)
+        request = _request_of(url)
+        ip = self._resolve(request.host)
         w = self._dog.start(self._total, ip)
         try:
             return self._exchange(url, request, w, started, t0)
@@ -517,12 +524,12 @@ class Fetcher:
             return
         self._closed = True
         self._dog.close()
-        pools = self._adapter.poolmanager.pools
+        pools = self._pools.pools
         for key in pools.keys():  # urllib3 2 leaves dropped pools to the GC: close them now
             pool = pools.get(key)
             if pool is not None:
                 pool.close()
-        self._adapter.close()
+        self._pools.clear()
 
     def __enter__(self) -> Fetcher:
         return self
@@ -539,16 +546,19 @@ class Fetcher:
             return FetchError(url, "total_timeout", f"over {self._total:g} s")
         return FetchError(url, _classify(exc, in_body), _detail(exc))
 
-    def _send(self, url: str, request: requests.PreparedRequest, w: _Watch) -> requests.Response:
+    def _send(self, url: str, request: _Request, w: _Watch) -> Any:
         for attempt in (1, 2):
             w.reused = False
             try:
-                return self._adapter.send(request, stream=True, timeout=self._timeout)
-            except (requests.exceptions.InvalidURL, u3.LocationValueError,
-                    http.client.InvalidURL) as exc:
+                pool = self._pools.connection_from_host(request.host, request.port,
+                                                        request.scheme)
+                return pool.urlopen("GET", request.target, headers=self._headers,
+                                    retries=False, redirect=False, assert_same_host=False,
+                                    timeout=self._timeout, preload_content=False,
+                                    decode_content=False)
+            except (u3.LocationValueError, http.client.InvalidURL) as exc:
                 raise URLError(url, f"cannot be requested: {exc}") from exc
-            except (requests.RequestException, u3.HTTPError, http.client.HTTPException,
-                    OSError, ValueError) as exc:
+            except (u3.HTTPError, http.client.HTTPException, OSError, ValueError) as exc:
                 err = self._fail(url, w, exc, in_body=False)
                 if attempt == 1 and err.reason == "reset" and w.reused:
                     log.debug("%s: kept-alive connection was closed, retrying once", url)
@@ -556,9 +566,9 @@ class Fetcher:
                 raise err from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _exchange(self, url: str, request: requests.PreparedRequest, w: _Watch,
+    def _exchange(self, url: str, request: _Request, w: _Watch,
                   started: float, t0: float) -> FetchResult:
-        raw = self._send(url, request, w).raw
+        raw = self._send(url, request, w)
         peer = getattr(raw.connection, "peer_ip", None) or w.ip
         hdrs = raw.headers
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from crawler.frontier import Claimed, Frontier, Outcome
@@ -112,4 +113,26 @@ def test_idle_only_when_nothing_is_pending_or_claimed(tmp_path: Path) -> None:
     assert not f.idle()
     f.commit()
     assert f.idle()
+    f.close()
+
+
+def test_admission_is_exact_whatever_the_recent_keys_cache_holds(tmp_path: Path) -> None:
+    """A tiny cache rotates generations every few keys: each URL is still admitted once,
+    against the stores, across commits, claims and completions (a random workload)."""
+    rng = random.Random(7)
+    f = Frontier(str(tmp_path), bulk_size=5, recent_keys=3)
+    f.add_seeds([Pending(u(0))])
+    f.commit()
+    offered: set[int] = {0}
+    fetched: list[str] = []
+    while (bulk := f.claim()) is not None or not f.idle():
+        for c in bulk or []:
+            targets = [rng.randrange(300) for _ in range(rng.randrange(0, 12))]
+            offered.update(targets)
+            f.submit(Outcome(c, page(c), links=[link(i) for i in targets]))
+            fetched.append(c.entry.url)
+        f.commit()
+    assert sorted(fetched) == sorted(u(i) for i in offered)  # each offered URL exactly once
+    assert f.counts()["admitted"] == len(offered)
+    assert (tmp_path / "urls.log").read_text().count("\n") == len(offered)
     f.close()
