@@ -36,9 +36,9 @@ import kvstore
 from . import status as status_mod
 from .config import CrawlerConfig, Scope
 from .dnscache import DNSCache
-from .exceptions import CrawlerError, DNSError, FetchError, URLError
+from .exceptions import CrawlerError, DataDirError, DiskFullError, DNSError, FetchError, URLError
 from .fetch import Fetcher, FetchResult, parse_retry_after
-from .frontier import Claimed, Frontier, Outcome
+from .frontier import DISK_FULL_ERRNOS, Claimed, Frontier, Outcome
 from .links import extract, is_html, robots_directives
 from .pages import PageRecord, Pending, encode_page
 from .politeness import HostSlot, Scheduler
@@ -105,6 +105,7 @@ class Engine:
         self._limit_reached = threading.Event()
         self._workers: list[threading.Thread] = []
         self._workers_done = threading.Event()  # tells the committer to drain and stop
+        self.failure: CrawlerError | None = None  # why the crawl stopped on its own, if it did
 
     # -- seeds ----------------------------------------------------------------
 
@@ -124,7 +125,10 @@ class Engine:
         self.scheduler.close()
 
     def run(self) -> bool:
-        """Crawl until complete (True) or stopped / limit reached (False)."""
+        """Crawl until complete (True) or stopped / limit reached (False).
+
+        Raises DiskFullError (after a clean stop) when the data directory ran out
+        of space, and DataDirError when a commit failed otherwise."""
         cfg = self.config
         committer = threading.Thread(target=self._commit_loop, name="committer", daemon=True)
         committer.start()
@@ -157,11 +161,17 @@ class Engine:
             committer.join()
             reporter.report(final=True)
             self.close()
+        if self.failure is not None:
+            raise self.failure
         return complete
 
     def close(self) -> None:
         self.frontier.close()
-        self.bad_hosts.close()
+        try:
+            self.bad_hosts.close()
+        except OSError as exc:  # full disk: only retry times of bad hosts are lost
+            log.warning("bad hosts not saved: %s", exc)
+            self.bad_hosts.abandon()
         self.fetcher.close()
 
     def _feed(self) -> bool:
@@ -189,7 +199,17 @@ class Engine:
             done = self._workers_done.is_set()  # read before committing: nothing can follow it
             try:
                 n = self.frontier.commit()
-            except Exception:  # noqa: BLE001 - a failed write must stop the crawl, not vanish
+            except OSError as exc:
+                if exc.errno in DISK_FULL_ERRNOS:
+                    self.failure = DiskFullError(self.config.data_dir, exc)
+                    log.error("%s", self.failure)
+                else:
+                    self.failure = DataDirError(f"{self.config.data_dir}: write failed: {exc}")
+                    log.exception("commit failed; stopping the crawl")
+                self.stop()
+                return
+            except Exception as exc:  # noqa: BLE001 - a failed commit must stop the crawl
+                self.failure = DataDirError(f"{self.config.data_dir}: commit failed: {exc!r}")
                 log.exception("commit failed; stopping the crawl")
                 self.stop()
                 return
@@ -342,7 +362,10 @@ class Engine:
             "retry_at": time.time() + self.config.bad_host_retry,
         }
         self._bad[k] = entry
-        self.bad_hosts[k] = json.dumps(entry).encode()
+        try:
+            self.bad_hosts[k] = json.dumps(entry).encode()
+        except OSError as exc:  # advisory state: the host is still bad in memory
+            log.warning("bad host %s not saved: %s", host, exc)
 
     def _failure(self, c: Claimed, host: str, reason: str) -> _Result:
         if reason in _HOST_FAILURES:

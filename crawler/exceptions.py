@@ -52,3 +52,17 @@ class FetchError(CrawlerError):
 class DataDirError(CrawlerError):
     """The data directory cannot be used (locked by a running crawl, unreadable,
     written by a newer version, or the disk is full)."""
+
+
+class DiskFullError(DataDirError):
+    """A write to the data directory failed for lack of space (ENOSPC, EDQUOT, or
+    EFBIG from a file size limit). The crawl stopped; what was written before is
+    intact and the crawl resumes once there is space again."""
+
+    def __init__(self, data_dir: str, cause: OSError) -> None:
+        super().__init__(
+            f"{data_dir}: disk full ({cause.strerror or cause}): the crawl stopped; "
+            "its data is intact; free some space and run the same command to resume"
+        )
+        self.data_dir = data_dir
+        self.errno = cause.errno

@@ -31,11 +31,13 @@ the committer, so two pages linking the same URL cannot both admit it.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TextIO
 
 import numpy as np
 
@@ -54,6 +56,8 @@ DEFAULT_BULK_SIZE = 25
 DEFAULT_RECENT_KEYS = 1 << 15
 DEFAULT_SYNC_INTERVAL = 5.0
 URL_LOG_NAME = "urls.log"
+# errnos that mean "no space for this write" (EFBIG: a file size limit such as ulimit -f)
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 @dataclass(slots=True)
@@ -77,6 +81,20 @@ class Outcome:
 
 def _bulk_key(counter: int) -> bytes:
     return counter.to_bytes(16, "big")
+
+
+def _open_url_log(path: str) -> TextIO:
+    """``urls.log`` for appending, starting on a fresh line (a full disk may have cut
+    the last one)."""
+    cut = False
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            cut = f.read(1) != b"\n"
+    log_file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by Frontier.close
+    if cut:
+        log_file.write("\n")
+    return log_file
 
 
 def _keys_array(keys: list[bytes]) -> np.ndarray:
@@ -121,7 +139,8 @@ class Frontier:
         self._last_sync = time.monotonic()
         self.admitted = 0
         self._rebuild()
-        self._log = open(os.path.join(data_dir, URL_LOG_NAME), "a", encoding="utf-8")  # noqa: SIM115
+        self._failed: BaseException | None = None  # a commit failed: write nothing more
+        self._log = _open_url_log(os.path.join(data_dir, URL_LOG_NAME))
 
     def _rebuild(self) -> None:
         """PendSet and the unclaimed bulks from the live PendDB bulks (after any stop)."""
@@ -173,7 +192,21 @@ class Frontier:
     # -- the committer ----------------------------------------------------------
 
     def commit(self) -> int:
-        """Write one batch of outcomes in the crash-safe order; return its size."""
+        """Write one batch of outcomes in the crash-safe order; return its size.
+
+        If a write fails (a full disk), the error propagates and the frontier
+        writes nothing more: the stores hold a consistent prefix (each flush is
+        all-or-nothing, in the order above), and the lost batch's URLs are still
+        in live bulks, so the next run fetches them again."""
+        if self._failed is not None:
+            raise DataDirError(f"{self.data_dir}: an earlier commit failed") from self._failed
+        try:
+            return self._commit()
+        except BaseException as exc:
+            self._failed = exc
+            raise
+
+    def _commit(self) -> int:
         with self._qlock:
             batch, self._queue = self._queue, []
             seeds, self._seeds = self._seeds, []
@@ -289,9 +322,21 @@ class Frontier:
 
     def close(self) -> None:
         """Commit what is queued, fsync and close. Claimed, uncommitted URLs stay in
-        their live bulks and are claimed again by the next run."""
-        self.commit()
-        self._maybe_sync(force=True)
+        their live bulks and are claimed again by the next run. After a failed
+        commit nothing more is written: the stores are abandoned as they are."""
+        if self._failed is None:
+            try:
+                self.commit()
+                self._maybe_sync(force=True)
+            except OSError:
+                pass  # recorded in _failed; fall through to abandon
+        if self._failed is not None:
+            for closing in (self._log.close, self.pend.abandon, self.main.abandon):
+                try:
+                    closing()
+                except OSError as exc:  # the url log's buffered tail, on a full disk
+                    log.warning("%s: %s", self.data_dir, exc)
+            return
         self._log.close()
         self.pend.close()
         self.main.close()

@@ -87,7 +87,10 @@ class Reporter:
             snap["mb"],
             snap["rss_mb"],
         )
-        write_status(self.engine.config.data_dir, snap)
+        try:
+            write_status(self.engine.config.data_dir, snap)
+        except OSError as exc:  # a full disk must not stop the crawl from stopping cleanly
+            log.warning("status.json not written: %s", exc)
         return snap
 
 

@@ -233,6 +233,20 @@ class Store(MutableMapping[bytes, bytes]):
             g.files.close()
             self._release_lock()
 
+    def abandon(self) -> None:
+        """Close *without* writing what is still buffered; the files keep exactly
+        what earlier flushes wrote. For an embedder whose flush failed (a full
+        disk) and who keeps several stores in a write order: writing the rest
+        later, once space is back, could land one store's data without another's.
+        Idempotent."""
+        with self._lock:
+            g = self._g
+            if g is None:
+                return
+            self._g = None
+            g.files.close()
+            self._release_lock()
+
     def _release_lock(self) -> None:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # closing the fd drops the flock

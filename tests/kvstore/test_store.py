@@ -5,6 +5,8 @@ from __future__ import annotations
 import collections
 import hashlib
 import os
+import resource
+import signal
 import struct
 import zlib
 from collections.abc import MutableMapping
@@ -549,3 +551,31 @@ class TestOnDiskLayout:
         assert len(vb) == pos
         recs = [struct.unpack_from("<16sq", kb, 24 + 24 * j) for j in range(4)]
         assert recs == [(k(0), offsets[0]), (k(1), offsets[1]), (k(2), offsets[2]), (k(0), -1)]
+
+
+def test_a_failed_flush_writes_nothing_partial_and_abandon_drops_the_buffer(
+    tmp_path: Path,
+) -> None:
+    """What an embedder with several stores relies on after a full disk (EFBIG from a
+    file size limit stands in for ENOSPC): the files keep the last good flush, the
+    buffer survives the failure, and abandon() closes without writing it later."""
+    path = tmp_path / "s"
+    store = kvstore.open(path)
+    store[b"k" * 16] = b"first"
+    store.flush()
+    store[b"j" * 16] = b"x" * 8192
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+        with pytest.raises(OSError):
+            store.flush()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old)
+    assert store[b"j" * 16] == b"x" * 8192  # still readable from the kept buffer
+    store.abandon()
+    store.abandon()  # idempotent
+    with kvstore.open(path) as again:
+        assert dict(again.items()) == {b"k" * 16: b"first"}
+        assert again.verify() == []
