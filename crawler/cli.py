@@ -1,8 +1,9 @@
-"""``python -m crawler``: start (or resume) a crawl, and show a crawl's status."""
+"""``python -m crawler``: start or resume a crawl, its status, and its pages: list, show, export."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -18,6 +19,8 @@ import kvstore
 from . import config as cfgmod
 from .config import CrawlerConfig
 from .exceptions import CrawlerError, URLError
+from .export import DEFAULT_PROGRESS_INTERVAL, export
+from .listing import DEFAULT_MAX_TEXT_CHARS, CrawlReader, describe, host_filter, matches, page_line
 from .status import read_status
 from .urls import normalize, origin
 
@@ -103,7 +106,130 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("data", metavar="DIR")
     status.add_argument("--json", action="store_true")
+    _add_export(sub)
+    _add_pages_and_show(sub)
     return parser
+
+
+def _size(value: str) -> int:
+    """BYTES, with an optional K, M or G suffix (powers of 1024)."""
+    text = value.strip().upper()
+    shift = 10 * ("KMG".index(text[-1]) + 1) if text and text[-1] in "KMG" else 0
+    try:
+        size = int(text[:-1] if shift else text) << shift
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad size {value!r}: use BYTES, 500M, 1G...") from None
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"size must be > 0, got {value!r}")
+    return size
+
+
+def _add_export(sub: Any) -> None:
+    export_p = sub.add_parser(
+        "export",
+        help="export a crawl's pages to WARC and/or JSON lines",
+        description="Write every page record of a crawl (running or stopped: read-only, "
+        "streaming) as WARC (warcinfo, then request/response records, revisits for repeated "
+        "payloads, metadata records for URLs with no answer) and/or JSON lines. "
+        "The formats are described in docs/EXPORT.md.",
+        epilog="example: python -m crawler export crawl1 --warc crawl1.warc.gz --max-size 1G "
+        "--jsonl crawl1.jsonl --text",
+    )
+    export_p.add_argument("data", metavar="DIR", help="crawl data directory")
+    export_p.add_argument(
+        "--warc", metavar="OUT.warc.gz", help="WARC output (gzip per record if it ends in .gz)"
+    )
+    export_p.add_argument(
+        "--max-size",
+        type=_size,
+        metavar="BYTES",
+        help="split the WARC: OUT-00000.warc.gz, OUT-00001... a new file once one reaches "
+        "BYTES (K, M, G suffixes)",
+    )
+    export_p.add_argument(
+        "--jsonl", metavar="OUT.jsonl", help="JSON lines output, one object per page (- = stdout)"
+    )
+    export_p.add_argument(
+        "--text", action="store_true", help="add each page's visible text to the JSONL objects"
+    )
+    export_p.add_argument(
+        "--text-limit",
+        type=int,
+        default=DEFAULT_MAX_TEXT_CHARS,
+        metavar="CHARS",
+        help="visible text kept per page",
+    )
+    export_p.add_argument(
+        "--user-agent",
+        default=cfgmod.DEFAULT_USER_AGENT,
+        help="User-Agent of the rebuilt WARC request records (a crawl does not record the one "
+        "it used; default: the crawler's default)",
+    )
+    export_p.add_argument(
+        "--no-revisits", action="store_true", help="write repeated payloads in full"
+    )
+    export_p.add_argument(
+        "--skip-failures",
+        action="store_true",
+        help="no WARC metadata records for URLs that got no HTTP answer",
+    )
+    export_p.add_argument(
+        "--strict",
+        action="store_true",
+        help="stop at a damaged record (exit 1) instead of skipping it with a warning",
+    )
+    export_p.add_argument(
+        "--progress-interval",
+        type=float,
+        default=DEFAULT_PROGRESS_INTERVAL,
+        metavar="S",
+        help="seconds between progress lines on stderr",
+    )
+    export_p.add_argument("--quiet", action="store_true", help="only warnings on stderr")
+
+
+def _add_pages_and_show(sub: Any) -> None:
+    pages = sub.add_parser(
+        "pages",
+        help="list a crawl's pages: status, content type, body size, URL",
+        description="One tab-separated line per page record (in store order): status "
+        "(0: no HTTP answer), content type (or [outcome]), stored body bytes, URL.",
+        epilog="example: python -m crawler pages crawl1 --status 404 --host h0.test --limit 20",
+    )
+    pages.add_argument("data", metavar="DIR", help="crawl data directory")
+    pages.add_argument("--status", type=int, metavar="CODE", help="only this status (0: failures)")
+    pages.add_argument("--host", metavar="HOST", help="only this host (or HOST:PORT)")
+    pages.add_argument("--limit", type=int, metavar="N", help="at most N lines")
+
+    show = sub.add_parser(
+        "show",
+        help="show one page record: fields, headers and body",
+        description="Print a page record's fields and stored headers, then its body: as text "
+        "when it is text, else a size and hex note. URL is normalized as the crawler does.",
+        epilog="example: python -m crawler show crawl1 http://h0.test:8080/",
+    )
+    show.add_argument("data", metavar="DIR", help="crawl data directory")
+    show.add_argument("url", metavar="URL")
+    show.add_argument(
+        "--body-only", action="store_true", help="write only the stored body bytes to stdout"
+    )
+
+
+def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Combinations argparse cannot express; parser.error exits 2."""
+    if args.command == "export":
+        if not (args.warc or args.jsonl):
+            parser.error("export: give --warc OUT.warc.gz and/or --jsonl OUT.jsonl")
+        if args.warc == "-":
+            parser.error("export: --warc needs a file name (WARC is not written to stdout)")
+        if args.max_size is not None and not args.warc:
+            parser.error("export: --max-size splits the WARC output: give --warc")
+        if args.text and not args.jsonl:
+            parser.error("export: --text adds text to the JSONL output: give --jsonl")
+        if args.text_limit <= 0:
+            parser.error("export: --text-limit must be > 0")
+    if args.command == "pages" and args.limit is not None and args.limit < 0:
+        parser.error("pages: --limit cannot be negative")
 
 
 def _seeds(data_dir: str, new: list[str], max_length: int) -> list[str]:
@@ -233,16 +359,117 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _log_to_stderr(level: int) -> None:
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def _stdout_gone() -> int:
+    """stdout's reader went away (``| head``): not an error. Point stdout at /dev/null
+    so the interpreter's final flush does not complain."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    _log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
+    stream: io.TextIOWrapper | None = None
+    jsonl: str | io.TextIOWrapper | None = args.jsonl
+    if args.jsonl == "-":
+        sys.stdout.flush()
+        stream = jsonl = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+    try:
+        export(
+            args.data,
+            warc=args.warc,
+            jsonl=jsonl,
+            max_size=args.max_size,
+            text=args.text,
+            text_limit=args.text_limit,
+            user_agent=args.user_agent,
+            revisits=not args.no_revisits,
+            skip_failures=args.skip_failures,
+            strict=args.strict,
+            progress_interval=args.progress_interval,
+        )
+    except BrokenPipeError:
+        return _stdout_gone()
+    except OSError as exc:
+        raise CrawlerError(f"cannot write the export: {exc}") from exc
+    finally:
+        if stream is not None:
+            try:
+                stream.flush()
+            except BrokenPipeError:
+                pass
+            stream.detach()  # sys.stdout keeps its buffer
+    return 0
+
+
+def cmd_pages(args: argparse.Namespace) -> int:
+    _log_to_stderr(logging.WARNING)
+    try:
+        host = host_filter(args.host) if args.host is not None else None
+    except URLError as exc:
+        raise CrawlerError(f"bad --host: {exc}") from None
+    shown = 0
+    try:
+        with CrawlReader(args.data) as reader:
+            for page in reader.pages():
+                if args.limit is not None and shown >= args.limit:
+                    break
+                if matches(page, status=args.status, host=host):
+                    print(page_line(page))
+                    shown += 1
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _stdout_gone()
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    try:
+        url = normalize(args.url)
+    except URLError as exc:
+        raise CrawlerError(f"bad URL: {exc}") from None
+    with CrawlReader(args.data, strict=True) as reader:
+        page = reader.get(url)
+    if page is None:
+        raise CrawlerError(f"{url}: not in the crawl {args.data}")
+    try:
+        if args.body_only:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(page.body)
+            sys.stdout.buffer.flush()
+        else:
+            print(describe(page))
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return _stdout_gone()
+    return 0
+
+
+_COMMANDS = {
+    "start": cmd_start,
+    "status": cmd_status,
+    "export": cmd_export,
+    "pages": cmd_pages,
+    "show": cmd_show,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        _check_usage(parser, args)
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
-        if args.command == "start":
-            return cmd_start(args)
-        return cmd_status(args)
+        return _COMMANDS[args.command](args)
     except (CrawlerError, kvstore.exceptions.KVStoreError) as exc:
         print(f"crawler: error: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,402 @@
+"""Export a crawl as WARC (ISO 28500, written with warcio) and JSON lines, in one streaming pass.
+
+Theory of operation
+-------------------
+:func:`export` reads the crawl through a :class:`~crawler.listing.CrawlReader`
+(read-only: it works beside a running crawl and exports the records flushed
+before it started) and hands each page record to the sinks asked for,
+:class:`WarcSink` and :class:`JsonlSink`. One record is in memory at a time.
+A progress line is logged every ``progress_interval`` seconds and a summary
+at the end. Each output is written under ``NAME.part`` and renamed when it is
+complete, so a file under its final name is whole; on an error the file being
+written is removed (split files already completed stay).
+
+WARC mapping (docs/EXPORT.md is the reference):
+
+- every file opens with a ``warcinfo`` record, and every record names it in
+  WARC-Warcinfo-ID;
+- a page with an HTTP answer (any status, redirects included) gives a
+  ``response`` record, or a ``revisit`` (identical-payload-digest profile)
+  when a 200 payload repeats an earlier one, plus a ``request`` record
+  rebuilt from what fetch.py sends; the request names the response in
+  WARC-Concurrent-To, and both carry the fetch time and the IP;
+- a URL with no answer (status 0: DNS failure, refused, robots...) gives a
+  ``metadata`` record with its outcome, or nothing with ``skip_failures``;
+- the crawler stores bodies *decoded*, so Content-Encoding (and any
+  Transfer-Encoding) is dropped and Content-Length rewritten to the stored
+  length; original values stay visible as ``X-Crawler-Original-*`` headers;
+  a body cut at a limit is ``WARC-Truncated: length``, a body the crawler did
+  not keep (non-200, non-HTML, noindex) ``WARC-Truncated: unspecified``;
+- ``max_size`` splits: once a file reached it, the next page starts a new
+  file (``OUT-00000.warc.gz``, ``OUT-00001.warc.gz``...); a request/response
+  pair never spans two files.
+
+Revisit detection keeps one entry per distinct payload in a temporary
+kvstore (its 16-byte key in memory, the original's record id, date and URI
+on disk): about 30 bytes of memory per distinct payload, never a body.
+
+Thread safety: sinks and ``export`` are for one thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from io import BytesIO
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+import kvstore
+
+from .config import DEFAULT_USER_AGENT
+from .exceptions import ConfigError
+from .fetch import DEFAULT_ACCEPT
+from .listing import DEFAULT_MAX_TEXT_CHARS, CrawlReader, iso_time, visible_text
+from .pages import PageRecord
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROGRESS_INTERVAL = 10.0  # seconds between progress lines
+WARC_VERSION = "WARC/1.1"  # 1.1: WARC-Date with microseconds
+SENT_ACCEPT_ENCODING = "gzip, deflate"  # what fetch.Fetcher asks for on every request
+_RESPONSE_ONLY = ("content-encoding", "transfer-encoding", "content-length")
+
+
+@dataclass(slots=True)
+class ExportStats:
+    pages: int = 0  # page records read
+    records: int = 0  # WARC records written (warcinfo included)
+    revisits: int = 0
+    failures: int = 0  # pages with no HTTP answer (status 0)
+    warc_files: list[str] = field(default_factory=list)
+    warc_bytes: int = 0
+    jsonl_lines: int = 0
+    jsonl_bytes: int = 0
+    skipped: int = 0  # damaged records skipped
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        out = (f"exported {self.pages} pages ({self.failures} with no HTTP answer) "
+               f"in {self.seconds:.1f} s")
+        if self.warc_files:
+            out += (f"; WARC: {self.records} records ({self.revisits} revisits), "
+                    f"{self.warc_bytes} bytes in {len(self.warc_files)} file(s)")
+        if self.jsonl_lines:
+            out += f"; JSONL: {self.jsonl_lines} lines, {self.jsonl_bytes} bytes"
+        if self.skipped:
+            out += f"; {self.skipped} damaged record(s) skipped"
+        return out
+
+
+# -- pure: what goes into the records -------------------------------------------------------
+
+
+def _name(header: str) -> str:
+    return "-".join(part.capitalize() for part in header.split("-"))
+
+
+def payload_digest(body: bytes) -> tuple[bytes, str]:
+    """(raw SHA-1, ``sha1:BASE32``) of a payload, the form warcio writes and checks."""
+    raw = hashlib.sha1(body).digest()
+    return raw, "sha1:" + base64.b32encode(raw).decode("ascii")
+
+
+def response_headers(page: PageRecord) -> StatusAndHeaders:
+    """The status line and stored headers, made consistent with the stored (decoded) body."""
+    headers: list[tuple[str, str]] = []
+    original: dict[str, str] = {}
+    for name, value in page.headers.items():
+        if name.lower() in _RESPONSE_ONLY:
+            original[name.lower()] = value
+        else:
+            headers.append((_name(name.lower()), value))
+    headers.append(("Content-Length", str(len(page.body))))
+    for name in _RESPONSE_ONLY:
+        kept = original.get(name)
+        if kept is not None and not (name == "content-length" and kept == str(len(page.body))):
+            headers.append(("X-Crawler-Original-" + _name(name), kept))
+    if page.reason:
+        headers.append(("X-Crawler-Reason", page.reason))
+    try:
+        phrase = HTTPStatus(page.status).phrase
+    except ValueError:
+        phrase = "Unknown"
+    return StatusAndHeaders(f"{page.status} {phrase}", headers, protocol="HTTP/1.1")
+
+
+def request_headers(url: str, user_agent: str) -> StatusAndHeaders:
+    """The GET that fetch.Fetcher sends for ``url`` (a normalized URL)."""
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    headers = [("Host", parts.netloc), ("User-Agent", user_agent), ("Accept", DEFAULT_ACCEPT),
+               ("Accept-Encoding", SENT_ACCEPT_ENCODING)]
+    return StatusAndHeaders(f"GET {target} HTTP/1.1", headers, is_http_request=True)
+
+
+def truncation(page: PageRecord) -> str | None:
+    """WARC-Truncated for a page: cut at a size limit, or a body that was not kept."""
+    if page.truncated:
+        return "length"
+    if not page.body and page.headers.get("content-length", "").strip() != "0":
+        return "unspecified"
+    return None
+
+
+def failure_fields(page: PageRecord) -> bytes:
+    """The application/warc-fields block of a URL that got no HTTP answer."""
+    fields = [("outcome", page.reason or "no_response"), ("depth", str(page.depth))]
+    return "".join(f"{k}: {v}\r\n" for k, v in fields).encode("utf-8")
+
+
+def page_object(page: PageRecord, *, text: bool = False,
+                text_limit: int = DEFAULT_MAX_TEXT_CHARS) -> dict[str, Any]:
+    """One JSONL object: the record's fields as stored, the fetch time in ISO 8601 UTC."""
+    obj: dict[str, Any] = {
+        "url": page.url, "final_url": page.final_url, "status": page.status,
+        "reason": page.reason, "content_type": page.content_type,
+        "fetched_at": iso_time(page.fetched_at), "ip": page.ip, "depth": page.depth,
+        "outlinks": page.outlinks, "truncated": page.truncated, "noindex": page.noindex,
+        "redirect": page.redirect, "size": len(page.body),
+    }
+    if text:
+        obj["text"] = visible_text(page, limit=text_limit)
+    return obj
+
+
+def split_name(path: str, n: int) -> str:
+    """The name of split file ``n``: ``OUT.warc.gz`` -> ``OUT-00003.warc.gz``."""
+    for ext in (".warc.gz", ".warc"):
+        if path.endswith(ext):
+            return f"{path[: -len(ext)]}-{n:05d}{ext}"
+    return f"{path}-{n:05d}"
+
+
+def _software() -> str:
+    try:
+        ours = importlib.metadata.version("kvcrawl")
+    except importlib.metadata.PackageNotFoundError:
+        ours = "unknown"
+    return f"kvcrawl/{ours} warcio/{importlib.metadata.version('warcio')}"
+
+
+# -- sinks ------------------------------------------------------------------------------------
+
+
+class WarcSink:
+    """Writes a crawl's pages to WARC file(s); see the module docstring."""
+
+    def __init__(self, path: str | os.PathLike[str], *, user_agent: str = DEFAULT_USER_AGENT,
+                 max_size: int | None = None, revisits: bool = True,
+                 skip_failures: bool = False, info: dict[str, str] | None = None) -> None:
+        if max_size is not None and max_size <= 0:
+            raise ConfigError(f"max_size must be > 0, got {max_size}")
+        self.path = os.fspath(path)
+        self.user_agent, self.max_size, self.skip_failures = user_agent, max_size, skip_failures
+        self.info = {"software": _software(), "format": "WARC File Format 1.1",
+                     "conformsTo": "http://iipc.github.io/warc-specifications/specifications/"
+                                   "warc-format/warc-1.1/",
+                     "http-header-user-agent": user_agent, **(info or {})}
+        self.files: list[str] = []
+        self.bytes = self.records = self.revisits = 0
+        self._tmp = tempfile.TemporaryDirectory(prefix="kvcrawl-export-") if revisits else None
+        self._seen = kvstore.open(os.path.join(self._tmp.name, "digests")) if self._tmp else None
+        self._out: IO[bytes] | None = None
+        self._name = ""
+        self._writer = WARCWriter(None, gzip=self.path.endswith(".gz"), warc_version=WARC_VERSION)
+        self._info_id = ""
+        try:
+            self._next_file()
+        except BaseException:
+            self.close(complete=False)  # the digest store and its directory
+            raise
+
+    def _next_file(self) -> None:
+        self._finish_file()
+        self._name = self.path if self.max_size is None else split_name(self.path, len(self.files))
+        self._out = open(self._name + ".part", "wb")  # noqa: SIM115 - closed in _finish_file
+        self._writer.out = self._out
+        info = self._writer.create_warcinfo_record(os.path.basename(self._name), self.info)
+        self._info_id = info.rec_headers.get_header("WARC-Record-ID")
+        self._writer.write_record(info)
+        self.records += 1
+
+    def _finish_file(self) -> None:
+        if self._out is not None:
+            self.bytes += self._out.tell()
+            self._out.close()
+            self._out = None
+            os.replace(self._name + ".part", self._name)
+            self.files.append(self._name)
+
+    def write(self, page: PageRecord) -> int:
+        """Write one page's records; returns how many were written."""
+        if self._out is None:
+            raise ValueError("the WARC sink is closed")
+        if self.max_size is not None and self._out.tell() >= self.max_size:
+            self._next_file()
+        w = self._writer
+        base = {"WARC-Date": iso_time(page.fetched_at), "WARC-Warcinfo-ID": self._info_id}
+        if page.status <= 0:
+            if self.skip_failures:
+                return 0
+            block = failure_fields(page)
+            w.write_record(w.create_warc_record(
+                page.url, "metadata", payload=BytesIO(block), length=len(block),
+                warc_content_type="application/warc-fields", warc_headers_dict=base))
+            self.records += 1
+            return 1
+        if page.ip:
+            base["WARC-IP-Address"] = page.ip
+        http = response_headers(page)
+        raw, digest = payload_digest(page.body)
+        dedup = self._seen is not None and page.status == 200 and page.body and not page.truncated
+        key = raw[:16]
+        if dedup and self._seen is not None and key in self._seen:
+            rid, date, uri = self._seen[key].decode("utf-8").split("\n", 2)
+            resp = w.create_revisit_record(page.url, digest, uri, date, http_headers=http,
+                                           warc_headers_dict={**base, "WARC-Refers-To": rid})
+            self.revisits += 1
+        else:
+            headers = {**base, "WARC-Payload-Digest": digest}
+            cut = truncation(page)
+            if cut:
+                headers["WARC-Truncated"] = cut
+            resp = w.create_warc_record(page.url, "response", payload=BytesIO(page.body),
+                                        length=len(page.body), http_headers=http,
+                                        warc_headers_dict=headers)
+            if dedup and self._seen is not None:
+                rid = resp.rec_headers.get_header("WARC-Record-ID")
+                self._seen[key] = f"{rid}\n{base['WARC-Date']}\n{page.url}".encode()
+        req = w.create_warc_record(page.url, "request",
+                                   http_headers=request_headers(page.url, self.user_agent),
+                                   warc_headers_dict=dict(base))
+        w.write_request_response_pair(req, resp)
+        self.records += 2
+        return 2
+
+    def close(self, *, complete: bool = True) -> None:
+        """Finish (rename) the current file, or remove it when ``complete`` is False."""
+        if self._out is not None and not complete:
+            self._out.close()
+            self._out = None
+            os.unlink(self._name + ".part")
+        self._finish_file()
+        if self._seen is not None:
+            self._seen.close()
+            self._seen = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+class JsonlSink:
+    """Writes one JSON object per page to a file (via ``.part``) or an open text stream."""
+
+    def __init__(self, target: str | os.PathLike[str] | IO[str], *, text: bool = False,
+                 text_limit: int = DEFAULT_MAX_TEXT_CHARS) -> None:
+        self.text, self.text_limit = text, text_limit
+        self.lines = self.bytes = 0
+        self._path: str | None = None
+        if isinstance(target, str | os.PathLike):
+            self._path = os.fspath(target)
+            self._out: IO[str] | None = open(  # noqa: SIM115 - closed in close()
+                self._path + ".part", "w", encoding="utf-8", newline="\n")
+        else:
+            self._out = target
+
+    def write(self, page: PageRecord) -> None:
+        if self._out is None:
+            raise ValueError("the JSONL sink is closed")
+        obj = page_object(page, text=self.text, text_limit=self.text_limit)
+        line = json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
+        self._out.write(line)
+        self.lines += 1
+        self.bytes += len(line.encode("utf-8"))
+
+    def close(self, *, complete: bool = True) -> None:
+        if self._out is None:
+            return
+        out, self._out = self._out, None
+        if self._path is None:
+            out.flush()  # a stream we were given: the caller owns it
+            return
+        out.close()
+        if complete:
+            os.replace(self._path + ".part", self._path)
+        else:
+            os.unlink(self._path + ".part")
+
+
+# -- the pass -----------------------------------------------------------------------------------
+
+
+def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | None = None,
+           jsonl: str | os.PathLike[str] | IO[str] | None = None, max_size: int | None = None,
+           text: bool = False, text_limit: int = DEFAULT_MAX_TEXT_CHARS,
+           user_agent: str = DEFAULT_USER_AGENT, revisits: bool = True,
+           skip_failures: bool = False, strict: bool = False,
+           progress_interval: float = DEFAULT_PROGRESS_INTERVAL) -> ExportStats:
+    """Export the crawl in ``data_dir`` to ``warc`` and/or ``jsonl`` in one pass.
+
+    ``user_agent`` goes into the rebuilt request records (the crawl does not
+    record the one it used). ``strict``: a damaged record raises DataDirError
+    instead of being skipped with a warning. Raises DataDirError, ConfigError
+    or OSError (an output that cannot be written).
+    """
+    if warc is None and jsonl is None:
+        raise ConfigError("nothing to export: give a WARC and/or a JSONL output")
+    stats = ExportStats()
+    started = time.monotonic()
+    with CrawlReader(data_dir, strict=strict) as reader:
+        total = len(reader)
+        name = os.path.basename(os.path.abspath(reader.data_dir))
+        wsink = jsink = None
+        complete = False
+        try:
+            if warc is not None:
+                wsink = WarcSink(warc, user_agent=user_agent, max_size=max_size,
+                                 revisits=revisits, skip_failures=skip_failures,
+                                 info={"isPartOf": name, "description":
+                                       f"crawl {name}: {total} page records at export time; "
+                                       "bodies stored decoded (see X-Crawler-Original-*)"})
+            if jsonl is not None:
+                jsink = JsonlSink(jsonl, text=text, text_limit=text_limit)
+            last = started
+            for page in reader.pages():
+                stats.pages += 1
+                stats.failures += page.status <= 0
+                if wsink is not None:
+                    wsink.write(page)
+                if jsink is not None:
+                    jsink.write(page)
+                now = time.monotonic()
+                if now - last >= progress_interval:
+                    last = now
+                    log.info("export: %d of %d pages (%.0f%%), %.0f pages/s", stats.pages, total,
+                             100.0 * stats.pages / max(total, 1),
+                             stats.pages / max(now - started, 1e-9))
+            complete = True
+        finally:
+            for sink in (wsink, jsink):
+                if sink is not None:
+                    sink.close(complete=complete)
+        stats.skipped = reader.skipped
+    if wsink is not None:
+        stats.records, stats.revisits = wsink.records, wsink.revisits
+        stats.warc_files, stats.warc_bytes = wsink.files, wsink.bytes
+    if jsink is not None:
+        stats.jsonl_lines, stats.jsonl_bytes = jsink.lines, jsink.bytes
+    stats.seconds = time.monotonic() - started
+    log.info("%s", stats.summary())
+    return stats

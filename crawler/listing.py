@@ -1,0 +1,253 @@
+"""Reading a crawl's MainDB without disturbing it: iterate, look up, list and show pages.
+
+Theory of operation
+-------------------
+:class:`CrawlReader` opens ``DIR/main`` with ``kvstore.open(readonly=True)``:
+no lock is taken, so it works beside a running crawl and sees the records
+flushed before it opened (a consistent snapshot; later pages are simply not
+there). Iteration walks the store's key snapshot and decodes one record at a
+time, so memory does not grow with the number of pages (the key snapshot
+itself is kvstore's: 16 bytes a key). Records are yielded in store order, not
+by fetch time.
+
+A damaged record (its CRC fails: ``CorruptStoreError``) or one that does not
+decode as a page record is *skipped with a warning* (logged with its key and
+the cause, counted in ``skipped``), because one bad record must not make a
+whole crawl unreadable; with ``strict=True`` it raises ``DataDirError``
+instead. ``python -m kvstore verify DIR/main`` reports every damaged record.
+
+The rest is pure rendering: the ``python -m crawler pages`` line, what
+``show`` prints, and :func:`visible_text` (JSONL ``--text``): lxml's HTML
+parser driven with a *target* (no tree: nothing recurses and deep nesting
+costs nothing, as in links.py) that keeps text outside script, style,
+noscript and template, with a space at block boundaries, bounded per page.
+
+Thread safety: a CrawlReader is for one thread (its counters are plain ints);
+the formatting functions are pure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from lxml import etree
+
+import kvstore
+
+from .exceptions import CrawlerError, DataDirError
+from .links import is_html, sniff_charset
+from .pages import PageRecord, decode_page
+from .urls import host_of, normalize, url_key
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PREVIEW_BYTES = 64  # bytes of a binary body shown in hex by ``show``
+DEFAULT_MAX_TEXT_CHARS = 100_000  # visible text kept per page (JSONL --text)
+_FEED_BYTES = 64 << 10  # lxml is fed in pieces (whole, libxml2 stops at 10 MB of text)
+_INVISIBLE = frozenset({"script", "style", "noscript", "template"})
+_BLOCKS = frozenset({"p", "div", "br", "li", "tr", "td", "th", "h1", "h2", "h3", "h4", "h5",
+                     "h6", "title", "section", "article", "header", "footer", "nav", "table",
+                     "ul", "ol", "dl", "dt", "dd", "pre", "blockquote", "form", "hr", "body"})
+_TEXT_TYPES = ("application/xhtml+xml", "application/xml", "application/json",
+               "application/javascript", "application/ecmascript")
+_SNIFF_BYTES = 1024
+
+
+class CrawlReader:
+    """The page records of one crawl directory, read-only. A context manager."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], *, strict: bool = False) -> None:
+        self.data_dir = os.fspath(data_dir)
+        self.strict = strict
+        self.skipped = 0  # damaged records skipped so far
+        if not os.path.isdir(self.data_dir):
+            raise DataDirError(f"{self.data_dir}: no such crawl directory")
+        path = os.path.join(self.data_dir, "main")
+        if not os.path.isdir(path):
+            raise DataDirError(f"{self.data_dir}: not a crawl directory (it has no main/)")
+        self.main = kvstore.open(path, readonly=True)
+
+    def __len__(self) -> int:
+        """Records in the snapshot this reader opened (damaged ones included)."""
+        return len(self.main)
+
+    def close(self) -> None:
+        self.main.close()
+
+    def __enter__(self) -> CrawlReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def pages(self, *, with_body: bool = True) -> Iterator[PageRecord]:
+        """Every readable page record, one at a time, in store order."""
+        for key in self.main:
+            page = self._load(key, with_body)
+            if page is not None:
+                yield page
+
+    def get(self, url: str) -> PageRecord | None:
+        """The record of ``url`` (normalized first); None if the crawl has none.
+        A URL that cannot be normalized raises URLError."""
+        key = url_key(normalize(url))
+        if key not in self.main:
+            return None
+        return self._load(key, True)
+
+    def _load(self, key: bytes, with_body: bool) -> PageRecord | None:
+        try:
+            return decode_page(self.main[key], with_body=with_body)
+        except KeyError:  # cannot happen in MainDB (nothing is deleted), but harmless
+            return None
+        except (kvstore.exceptions.CorruptStoreError, CrawlerError, ValueError, TypeError,
+                zlib.error) as exc:
+            # ValueError covers bad JSON and UTF-8; TypeError unknown fields; zlib.error a bad body.
+            message = f"{self.data_dir}/main: record {key.hex()} is damaged: {exc}"
+            if self.strict:
+                raise DataDirError(message) from exc
+            self.skipped += 1
+            log.warning("%s (skipped)", message)
+            return None
+
+
+# -- pure formatting ----------------------------------------------------------------------
+
+
+def iso_time(ts: float) -> str:
+    """``2024-05-01T12:00:00.123456Z`` (UTC, microseconds) from a time.time() value."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def host_filter(value: str) -> str:
+    """The form a ``--host`` value is compared in: lowercase, IDNA, ``host`` or
+    ``host:port``. Raises URLError for a value that is not a host."""
+    return normalize(f"http://{value.strip()}/").split("/")[2]
+
+
+def matches(page: PageRecord, *, status: int | None = None, host: str | None = None) -> bool:
+    """Whether a page passes the ``pages`` filters (``host`` as :func:`host_filter` gives)."""
+    if status is not None and page.status != status:
+        return False
+    if host is not None:
+        netloc = page.url.split("://", 1)[-1].split("/", 1)[0]
+        if host != netloc and host != host_of(page.url):
+            return False
+    return True
+
+
+def page_line(page: PageRecord) -> str:
+    """One ``pages`` line: status, content type (or the outcome in brackets), body size, URL."""
+    kind = page.content_type or "-"
+    if page.reason:
+        kind = f"{kind} [{page.reason}]" if page.content_type else f"[{page.reason}]"
+    return f"{page.status:3d}\t{kind}\t{len(page.body)}\t{page.url}"
+
+
+def is_text(content_type: str, body: bytes) -> bool:
+    """Whether a body is shown as text: a textual type, or no type and no NUL bytes."""
+    mime = content_type.partition(";")[0].strip().lower()
+    if mime:
+        return (mime.startswith("text/") or mime in _TEXT_TYPES
+                or mime.endswith(("+xml", "+json")))
+    return b"\0" not in body[:_SNIFF_BYTES]
+
+
+def body_text(page: PageRecord) -> str:
+    """The body decoded by its charset (BOM, header, meta, else UTF-8), bad bytes replaced."""
+    return page.body.decode(sniff_charset(page.content_type, page.body), "replace")
+
+
+def describe(page: PageRecord, *, preview: int = DEFAULT_PREVIEW_BYTES) -> str:
+    """What ``show`` prints: the fields, the headers as stored, then the body or a note."""
+    fields: list[tuple[str, object]] = [
+        ("url", page.url), ("final_url", page.final_url), ("status", page.status),
+        ("reason", page.reason), ("fetched_at", iso_time(page.fetched_at)), ("ip", page.ip),
+        ("depth", page.depth), ("content_type", page.content_type),
+        ("redirect", page.redirect), ("outlinks", page.outlinks),
+        ("truncated", page.truncated), ("noindex", page.noindex),
+        ("body_bytes", len(page.body)),
+    ]
+    lines = [f"{name + ':':<14}{value}" for name, value in fields]
+    lines.append("headers:")
+    lines += [f"  {name}: {value}" for name, value in page.headers.items()]
+    lines.append("")
+    if not page.body:
+        lines.append("[no body stored]")
+    elif is_text(page.content_type, page.body):
+        lines.append(body_text(page))
+    else:
+        lines.append(f"[binary body: {len(page.body)} bytes; first {min(preview, len(page.body))}"
+                     f" in hex: {page.body[:preview].hex()}; --body-only writes the bytes]")
+    return "\n".join(lines)
+
+
+
+class _TextTarget:
+    """lxml parser target collecting visible text, up to ``limit`` characters."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.size, self.hidden = limit, 0, 0
+        self.parts: list[str] = []
+
+    def start(self, tag: str, attrib: Any) -> None:
+        if tag in _INVISIBLE:
+            self.hidden += 1
+        elif tag in _BLOCKS:
+            self.parts.append(" ")
+
+    def end(self, tag: str) -> None:
+        if tag in _INVISIBLE:
+            self.hidden = max(0, self.hidden - 1)
+        elif tag in _BLOCKS:
+            self.parts.append(" ")
+
+    def data(self, text: str) -> None:
+        if not self.hidden and self.size < self.limit:
+            self.parts.append(text)
+            self.size += len(text)
+
+    def close(self) -> str:
+        return " ".join("".join(self.parts).split())[: self.limit]
+
+
+def visible_text(page: PageRecord, *, limit: int = DEFAULT_MAX_TEXT_CHARS) -> str | None:
+    """The text a reader sees: HTML without scripts and styles, or a text body; None
+    for a page with no body or a binary one. At most ``limit`` characters."""
+    body = page.body
+    if not body or not is_text(page.content_type, body):
+        return None
+    text = body.decode(sniff_charset(page.content_type, body), "replace").replace("\0", "\ufffd")
+    if not is_html(page.content_type, body[:512]):
+        return " ".join(text[: limit * 2].split())[:limit]
+    target = _TextTarget(limit)
+    parser = etree.HTMLParser(target=target, encoding="utf-8", recover=True, no_network=True,
+                              remove_comments=True, remove_pis=True)
+    data = text.encode("utf-8")
+    try:
+        for i in range(0, len(data), _FEED_BYTES):
+            parser.feed(data[i : i + _FEED_BYTES])
+        result = parser.close()
+    except etree.LxmlError:  # recover=True rarely gives up; keep what was collected
+        result = target.close()
+    return str(result)
+
+
+__all__ = [
+    "DEFAULT_MAX_TEXT_CHARS",
+    "DEFAULT_PREVIEW_BYTES",
+    "CrawlReader",
+    "body_text",
+    "describe",
+    "host_filter",
+    "is_text",
+    "iso_time",
+    "matches",
+    "page_line",
+    "visible_text",
+]
