@@ -2,48 +2,78 @@
 
 Theory of operation. The engine fetches ``/robots.txt`` through the fetcher
 (following up to 5 redirects, RFC 9309 §2.3.1.2) and hands the final status
-and body to :meth:`RobotsRules.from_response`, which does no I/O:
+and body to :meth:`RobotsRules.from_response`, which does no I/O. The
+decision table for the final answer:
 
 - 2xx: the body, cut at ``max_bytes`` (RFC 9309 §2.5 asks for at least
-  500 KiB) back to the last whole line, decoded as UTF-8 with replacement and
-  a leading BOM dropped, is parsed by protego. Nothing in a body is fatal:
-  lines that are not rules are ignored, and a parser failure means allow all.
-- 3xx (redirects not followed to the end) and 4xx: "unavailable", allow all
-  (§2.3.1.3). Exception, our choice: 429 Too Many Requests is the server
-  asking us to back off, so it is treated like 5xx.
+  500 KiB; we parse 512 KiB) back to the last whole line, decoded as UTF-8
+  with replacement and a leading BOM dropped, is parsed. Nothing in a body is
+  fatal: lines that are not rules are ignored.
+- 3xx (more redirects than the engine follows) and 4xx: "unavailable", allow
+  all (§2.3.1.2, §2.3.1.3). Exception, our choice: 429 Too Many Requests is
+  the server asking us to back off, so it is treated like 5xx.
 - 5xx, any other status and ``None`` (unreachable, timed out): "unreachable",
   disallow everything until ``retry_at`` (§2.3.1.4); the entry then expires
   and the engine fetches robots.txt again. We do not fall back on an older
   cached copy. ``failing_since`` is carried over from ``previous`` so that
   after ``unreachable_limit`` (30 days, the RFC's example) of uninterrupted
   failure the host is treated as allow all (the RFC's MAY), still re-fetched
-  every ``error_retry``.
+  every ``error_retry``. Good answers are kept ``ttl`` (24 h, §2.4).
 
-Good answers are kept ``ttl`` (24 h, §2.4). Group selection: our product
-token is the leading ``[A-Za-z_-]+`` of the User-Agent, matched
-case-insensitively; ``*`` is the fallback. Where protego departs from
-RFC 9309 (documented as strict xfails in tests/crawler/test_robots.py): a
-group whose name is a prefix of our token applies to us; ``Allow: /x/index.html``
-also allows ``/x/``; a ``$`` inside a pattern is both literal and an anchor;
-``%2F`` in a query is not the same as ``/``.
+Parsing and matching are our own, in the pure :mod:`crawler._robotstxt`
+(~200 lines). They used to be protego's, which departs from RFC 9309 in ways
+no rewriting of its input can repair: a group named ``kv`` applied to
+``kvcrawl`` and one named ``kvcrawl/1.0`` did not, ``Disallow: /a$`` also
+blocked ``/a$x``, ``Allow: /d/index.html`` also allowed ``/d/``, and an
+unknown line between two ``User-agent`` lines split their group. (protego
+stays in the tests as a cross-check where it agrees with the RFC.) Our rules:
 
-Thread-safety: a RobotsRules is immutable once built (protego's lazy
-per-agent state is filled in the constructor), so any number of threads may
-call ``can_fetch`` at once. :class:`RobotsCache` guards its state with one lock.
+1. Lines end at CR, LF or CRLF (not at the other characters ``str.splitlines``
+   knows); ``#`` starts a comment; field names are case-insensitive and may be
+   spelled ``useragent``, ``user agent``, ``crawl delay`` or with the common
+   ``disallow`` typos (Google's leniency; reading more Disallows is the polite
+   error); ``field value`` without a colon counts when it is exactly two words.
+2. Groups (§2.1, §2.2.1): a run of ``User-agent`` lines, then its rules.
+   Allow, Disallow and Crawl-delay end the run; Sitemap and unknown lines do
+   not (§2.2.4: other records must not interfere with the groups). Rules
+   before any ``User-agent`` belong to no group and are ignored.
+3. Group selection: a ``User-agent`` value applies to us when its leading
+   ``[A-Za-z_-]+`` (so ``KVCrawl/1.0`` counts) equals our product token,
+   case-insensitively; never by prefix. Every group naming us is merged; with
+   none, every ``*`` group is merged; with neither, everything is allowed.
+4. Crawl-delay (not in RFC 9309) is read from the selected groups as Bing and
+   Yandex define it: the first finite value >= 0 wins; the engine caps it.
+5. A rule value must start with ``/`` or ``*`` (the RFC's path-pattern);
+   others and empty values are ignored. ``*`` matches any run of characters;
+   ``$`` is the end anchor only as the last character, a literal elsewhere.
+6. Percent-encoding (§2.2.2): the pattern and the URL's path+query are brought
+   to one form: escapes of unreserved characters decoded, other escapes in
+   uppercase hex, a stray ``%`` as ``%25``, non-ASCII and characters RFC 3986
+   does not allow encoded as UTF-8, and a literal ``*`` or ``$`` in the URL
+   encoded (``%2A`` in a rule matches a ``*`` in the URL, as the RFC's example).
+   ``%2F`` stays distinct from ``/`` in the path (RFC 3986: reserved
+   characters and their escapes are not equivalent). In the query only,
+   ``:``, ``/``, ``?`` and ``@`` delimit nothing, so their escapes are decoded:
+   this is what makes the RFC's table row (``?baz=https://foo.bar`` matches
+   ``?baz=https%3A%2F%2Ffoo.bar``) hold.
+7. Longest match wins, counted in octets of the rule's normalized form (a
+   ``*`` and a final ``$`` count one each); Allow wins a tie (§2.2.2); no
+   match means allowed; ``/robots.txt`` itself is always allowed.
+
+Thread-safety: a RobotsRules is immutable once built, so any number of threads
+may call ``can_fetch`` at once. :class:`RobotsCache` guards its state with one lock.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from protego import Protego
-
+from ._robotstxt import TOKEN, Group, parse, target
 from .exceptions import ConfigError
 
 __all__ = [
@@ -80,20 +110,21 @@ DEFAULT_FETCH_LEASE = 120.0
 
 #: A fixed cost per cache entry, so max_bytes also bounds many tiny entries.
 _ENTRY_OVERHEAD = 512
-_TOKEN = re.compile(r"[A-Za-z_-]+")
 _ROBOTS_PATH = "/robots.txt"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 State = Literal["rules", "allow_all", "disallow_all_for_now"]
+_EMPTY = Group([])
 
 
 def product_token(user_agent: str) -> str:
     """The RFC 9309 §2.2.1 product token of a User-Agent, lowercase:
     ``"KVCrawl/0.1 (+url)"`` -> ``"kvcrawl"``."""
-    match = _TOKEN.match(user_agent.strip())
+    match = TOKEN.match(user_agent.strip())
     if match is None:
-        raise ConfigError(f"user agent {user_agent!r} does not start with a product token"
-                          " ([A-Za-z_-]+)")
+        raise ConfigError(
+            f"user agent {user_agent!r} does not start with a product token ([A-Za-z_-]+)"
+        )
     return match.group().lower()
 
 
@@ -115,16 +146,6 @@ def robots_url(url: str) -> str:
     return f"{parts.scheme.lower()}://{parts.netloc.rpartition('@')[2].lower()}{_ROBOTS_PATH}"
 
 
-def _is_robots_txt(url: str) -> bool:
-    if _ROBOTS_PATH not in url:
-        return False
-    try:
-        path = urlsplit(url).path
-    except ValueError:
-        return False
-    return path == _ROBOTS_PATH
-
-
 def _cut(body: bytes, max_bytes: int) -> tuple[bytes, bool]:
     """``body`` cut at ``max_bytes``, back to the end of its last whole line,
     so a rule cut in half (``Allow: /pub`` of ``Allow: /public``) is not applied."""
@@ -144,8 +165,7 @@ class RobotsRules:
     """
 
     __slots__ = (
-        "_parser",
-        "_token",
+        "_group",
         "crawl_delay",
         "expires_at",
         "failing_since",
@@ -166,8 +186,7 @@ class RobotsRules:
         retry_at: float | None = None,
         failing_since: float | None = None,
         status: int | None = None,
-        parser: Protego | None = None,
-        token: str = "*",
+        group: Group | None = None,
         size: int = 0,
         truncated: bool = False,
     ) -> None:
@@ -182,15 +201,9 @@ class RobotsRules:
         self.status = status
         self.size = size
         self.truncated = truncated
-        self._parser = parser
-        self._token = token
-        delay: float | None = None
-        if parser is not None:
-            # Fills protego's per-agent caches now: afterwards lookups only read them.
-            parser.can_fetch("/", token)
-            delay = parser.crawl_delay(token)
+        self._group = group or _EMPTY
         #: Crawl-delay in seconds from our group (None if absent); the engine caps it.
-        self.crawl_delay: float | None = delay
+        self.crawl_delay: float | None = self._group.crawl_delay
 
     @classmethod
     def allow_all(cls, *, now: float, ttl: float = DEFAULT_ROBOTS_TTL) -> RobotsRules:
@@ -229,47 +242,61 @@ class RobotsRules:
         retry = now + error_retry
         if now - since >= unreachable_limit:
             logger.info("robots.txt unreachable for %.0f days: allowing all", (now - since) / 86400)
-            return cls("allow_all", fetched_at=now, expires_at=retry, retry_at=retry,
-                       failing_since=since, status=status)
-        return cls("disallow_all_for_now", fetched_at=now, expires_at=retry, retry_at=retry,
-                   failing_since=since, status=status)
+            return cls(
+                "allow_all",
+                fetched_at=now,
+                expires_at=retry,
+                retry_at=retry,
+                failing_since=since,
+                status=status,
+            )
+        return cls(
+            "disallow_all_for_now",
+            fetched_at=now,
+            expires_at=retry,
+            retry_at=retry,
+            failing_since=since,
+            status=status,
+        )
 
     @classmethod
-    def _parse(cls, status: int, body: bytes, token: str, now: float, max_bytes: int,
-               ttl: float) -> RobotsRules:
+    def _parse(
+        cls, status: int, body: bytes, token: str, now: float, max_bytes: int, ttl: float
+    ) -> RobotsRules:
         data, truncated = _cut(body, max_bytes)
         if truncated:
             logger.info("robots.txt of %d bytes parsed up to %d", len(body), len(data))
         text = data.decode("utf-8", "replace").removeprefix("\ufeff")
-        try:
-            parser = Protego.parse(text)
-            return cls("rules", fetched_at=now, expires_at=now + ttl, status=status,
-                       parser=parser, token=token, size=len(data), truncated=truncated)
-        except Exception:  # a parser bug must not stop the crawl: no usable rules
-            logger.warning("robots.txt parser failed; allowing all", exc_info=True)
-            return cls("allow_all", fetched_at=now, expires_at=now + ttl, status=status)
+        return cls(
+            "rules",
+            fetched_at=now,
+            expires_at=now + ttl,
+            status=status,
+            group=parse(text, token),
+            size=len(data),
+            truncated=truncated,
+        )
 
     def can_fetch(self, url: str) -> bool:
         """Whether ``url`` (absolute, or a path with query) may be fetched.
 
         ``/robots.txt`` itself is always allowed. Thread-safe.
         """
-        if self.state == "allow_all" or _is_robots_txt(url):
+        if self.state == "allow_all":
             return True
-        if self.state != "rules" or self._parser is None:
-            return False
-        try:
-            return self._parser.can_fetch(url, self._token)
-        except Exception:  # protego parses the URL; one it cannot read is not fetched
-            logger.debug("robots: cannot match %r", url[:200], exc_info=True)
-            return False
+        path = target(url)
+        if path == _ROBOTS_PATH:
+            return True
+        return self.state == "rules" and self._group.allowed(path)
 
     def expired(self, now: float) -> bool:
         return now >= self.expires_at
 
     def __repr__(self) -> str:
-        return (f"<RobotsRules {self.state} status={self.status} "
-                f"expires_at={self.expires_at:.0f} crawl_delay={self.crawl_delay}>")
+        return (
+            f"<RobotsRules {self.state} status={self.status} "
+            f"expires_at={self.expires_at:.0f} crawl_delay={self.crawl_delay}>"
+        )
 
 
 @dataclass(slots=True)
@@ -349,8 +376,11 @@ class RobotsCache:
             if current is not None and now - current.started < self.fetch_lease:
                 return False
             if current is not None:
-                logger.warning("robots fetch of %s not finished in %.0f s; claimed again",
-                               key, self.fetch_lease)
+                logger.warning(
+                    "robots fetch of %s not finished in %.0f s; claimed again",
+                    key,
+                    self.fetch_lease,
+                )
                 current.done.set()  # its waiters re-check and find the new claim
             self._fetching[key] = _Fetch(now)
             return True

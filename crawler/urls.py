@@ -3,42 +3,67 @@
 Theory of operation. Every URL the crawler admits goes through
 :func:`normalize`, and only its result is hashed (:func:`url_key`) into
 MainDB / PendSet / ProcessingSet, so two spellings of one resource must give
-one string. The rules are RFC 3986 (section 5 resolution, section 6.2.2
-syntax-based normalization) with the WHATWG URL Standard's leniency where
-browsers and RFC disagree, because pages are written for browsers:
+one string. The rules are RFC 3986 (section 5 resolution, 6.2.2 syntax-based
+and 6.2.3 scheme-based normalization) with the WHATWG URL Standard's leniency
+where browsers and the RFC disagree, because pages are written for browsers.
+Each rule is a case in tests/crawler/test_url_normalization_rfc.py.
 
-- leading/trailing C0 controls and spaces are stripped, tab/CR/LF removed
-  anywhere (WHATWG);
-- only ``http`` and ``https``; ``HTTP:g`` against an http base is a relative
-  reference (RFC 5.2.2's non-strict option, WHATWG), and extra slashes after
-  ``http:`` are skipped (``http:///h/`` is ``http://h/``); ``\\`` counts as
-  ``/`` before the query (WHATWG special schemes);
-- the fragment is dropped; the query is kept in order (an empty ``?`` is
-  dropped: no server we know tells ``/p?`` from ``/p``);
-- userinfo is *stripped*: the crawler never sends credentials, and a key
-  without them names the resource the link points at;
-- host: percent-decoded, lowercased, one trailing dot dropped; a non-ASCII
-  host goes through UTS #46 mapping and IDNA 2008 (the ``idna`` package,
-  already installed as a dependency of requests; Python's own codec is
-  IDNA 2003, which maps e.g. ``ß`` differently from every browser); only
-  letters, digits, ``-`` and ``_`` survive in labels of <= 63 characters;
-  WHATWG IPv4 forms (``0x7f.1``, ``2130706433``) become dotted decimal, so
-  address checks downstream see the real address; IPv6 literals are *kept*
-  in compressed form (``[::1]``), zone ids and IPvFuture are rejected;
-- the default port (80/443) is dropped, ``:`` with no digits means the
-  default, port 0 and ports > 65535 are rejected;
-- path and query: escapes of unreserved characters are decoded, other hex
-  escapes uppercased, a stray ``%`` becomes ``%25``, and every character
-  RFC 3986 does not allow there (spaces, quotes, ``<>{}|^`` and backquote,
-  non-ASCII as UTF-8) is percent-encoded; then dot segments are removed. Query
-  text is always UTF-8, not the page's charset (browsers use the page's);
-- the result is at most ``max_length`` characters (it is all ASCII).
+Rules:
+
+1. Input clean-up (WHATWG): leading/trailing C0 controls and spaces are
+   stripped; tab, CR and LF are removed anywhere.
+2. Schemes: only ``http`` and ``https`` (any case); anything else
+   (``javascript:``, ``mailto:``, ``data:``, ``ftp:``...) is rejected.
+   ``http:g`` against an http base is a relative reference (RFC 5.2.2's
+   non-strict option, as WHATWG); extra slashes after the scheme are skipped
+   (``http:///h/`` is ``http://h/``); ``\\`` counts as ``/`` before the query.
+3. Resolution: RFC 3986 5.2 against the base (itself normalized, cached);
+   dot segments are removed after resolution (5.2.4), ``%2E`` counting as a
+   dot (WHATWG); ``..`` above the root stays at the root.
+4. The fragment is dropped. The query is kept as written, in order; an empty
+   ``?`` is dropped (no server we know tells ``/p?`` from ``/p``).
+5. Userinfo is *stripped*, not rejected: the crawler never sends
+   credentials, and ``http://a@b/`` names what ``http://b/`` names.
+6. Host: percent-decoded, lowercased (6.2.2.1), one trailing dot dropped
+   (our choice: ``e.com.`` and ``e.com`` are one host for politeness and
+   keys; WHATWG keeps the dot). Non-ASCII hosts go through UTS #46 mapping
+   (non-transitional, so ``ß`` stays ``ß`` as in browsers) and then IDNA 2008
+   A-labels via the ``idna`` package; a code point UTS #46 allows and IDNA
+   2008 does not (emoji, symbols) is Punycode-encoded anyway, as browsers do.
+   An ``xn--`` label must be the canonical A-label of a valid U-label. After
+   that only letters, digits, ``-`` and ``_`` may remain, in labels of 1-63
+   characters, 253 in all; anything else (an empty host too) is rejected.
+7. IPv4 (WHATWG): a host whose last label is a number is an address in
+   decimal, ``0x`` hex or ``0`` octal parts (``0x7f.1``, ``2130706433``,
+   ``0177.0.0.1``) and is *normalized* to dotted decimal, so address checks
+   downstream see the real address; out of range is rejected. IPv6 literals
+   are kept, compressed and lowercase (``[::1]``); zone ids and IPvFuture are
+   rejected.
+8. Port: the default (80 for http, 443 for https) is dropped (6.2.3), ``:``
+   with no digits means the default, leading zeros are dropped, port 0 and
+   ports > 65535 or not ASCII digits are rejected.
+9. Path and query (6.2.2.2, WHATWG): escapes of unreserved characters are
+   decoded, other escapes get uppercase hex, a stray ``%`` becomes ``%25``,
+   and every character RFC 3986 does not allow there (space, ``"<>`{}|^[]``,
+   C0 controls, non-ASCII as UTF-8) is percent-encoded. Reserved characters
+   and their escapes stay distinct (``/`` is not ``%2F``). Query text is
+   always UTF-8, not the page's charset (browsers use the page's). An empty
+   path is ``/`` (6.2.3).
+10. Length: the result is at most ``max_length`` characters (all ASCII;
+    2,083 by default); raw input over 4 times that is refused before any work.
 
 The result is idempotent (``normalize(normalize(u)) == normalize(u)``) and
 always parses with :mod:`urllib.parse`. Errors raise
 :class:`~crawler.exceptions.URLError` whose ``reason`` is one of
 ``too_long``, ``scheme``, ``relative`` (no scheme and no base), ``host``,
-``port``.
+``port``; a bad base raises with reason ``base <reason>`` and the base as url.
+
+Speed: links on a page are mostly clean ASCII (``p7.html``, ``/s1/p4.html``,
+``http://host/path``). One precompiled regex recognizes such input, and then
+:func:`_fast` needs only string slicing and the cached authority and base;
+anything else (escapes, non-ASCII, whitespace, backslashes, uppercase or
+other schemes) takes the general path. Both give the same answer (a property
+test checks it).
 
 Thread safety: every function is pure; the small ``functools.lru_cache``
 tables (authorities, bases) are thread-safe.
@@ -91,6 +116,10 @@ _QUERY_CLEAN = re.compile(f"[{_QUERY_SET}]*")
 _PATH_FIX = re.compile(f"%([0-9A-Fa-f]{{2}})?|[^{_PATH_SET}%]+")
 _QUERY_FIX = re.compile(f"%([0-9A-Fa-f]{{2}})?|[^{_QUERY_SET}%]+")
 
+# The fast path takes input without escapes, whitespace, backslashes or
+# non-ASCII: only characters that stand for themselves, and "#".
+_unclean = re.compile(f"[^{_QUERY_SET}#]").search
+
 _LABEL = re.compile(r"[a-z0-9_\-]{1,63}")
 _HEX_NUMBER = re.compile(r"0x[0-9a-f]*")  # WHATWG: a last label like this makes an IPv4 host
 _MAX_HOST = 253  # DNS: 255 octets on the wire, 253 characters written
@@ -104,14 +133,29 @@ class _Bad(Exception):
         self.reason = reason
 
 
-def normalize(url: str, base: str | None = None, *,
-              max_length: int = DEFAULT_MAX_URL_LENGTH) -> str:
+def normalize(
+    url: str, base: str | None = None, *, max_length: int = DEFAULT_MAX_URL_LENGTH
+) -> str:
     """The canonical absolute form of ``url`` resolved against ``base``.
 
     ``base`` is any absolute http(s) URL (normalized here, cached). Raises
     URLError (reason ``too_long``, ``scheme``, ``relative``, ``host`` or
     ``port``); a bad ``base`` raises URLError for the base. Thread-safe.
     """
+    if _unclean(url) is None and len(url) <= max_length * _INPUT_SLACK:
+        try:
+            out = _fast(url, base)
+        except _Bad as exc:
+            raise URLError(url, exc.reason) from None
+        if out is not None:
+            if len(out) > max_length:
+                raise URLError(url, "too_long")
+            return out
+    return _normalize(url, base, max_length)
+
+
+def _normalize(url: str, base: str | None, max_length: int) -> str:
+    """The general path of :func:`normalize` (every rule, any input)."""
     s = url.strip(_STRIP)
     if "\t" in s or "\n" in s or "\r" in s:
         s = s.translate(_TAB_NL)
@@ -133,7 +177,7 @@ def _resolve(s: str, base: str | None) -> str:
         scheme = m.group(1).lower()
         if scheme not in DEFAULT_PORTS:
             raise _Bad("scheme")
-        head, query = _split_ref(s[m.end():])
+        head, query = _split_ref(s[m.end() :])
         if b is None or b[0] != scheme or head.startswith("//"):
             return _assemble(scheme, head.lstrip("/"), query)
         # Same scheme as the base and no authority: a relative reference.
@@ -155,6 +199,68 @@ def _resolve(s: str, base: str | None) -> str:
     return _finish(scheme, netloc, path, query)
 
 
+def _fast(ref: str, base: str | None) -> str | None:
+    """:func:`normalize` of a clean ASCII reference, or None when it needs the
+    general path. Raises _Bad or URLError as that path would."""
+    cut = ref.find("#")
+    if cut >= 0:
+        ref = ref[:cut]
+    cut = ref.find("?")
+    if cut >= 0:
+        head, query = ref[:cut], ref[cut + 1 :]
+    else:
+        head, query = ref, None
+    if head.startswith(("http://", "https://")):
+        if base is not None:
+            _base_dir(base)  # a bad base fails even beside an absolute URL
+        if head[4] == ":":
+            return _fast_net("http", head[7:], query)
+        return _fast_net("https", head[8:], query)
+    if base is None or not head:
+        return None
+    colon = head.find(":")
+    if colon >= 0 and not 0 <= head.find("/") < colon:
+        return None  # a first segment with ":" may be a scheme
+    scheme, origin, directory = _base_dir(base)
+    if head.startswith("/"):
+        if head.startswith("//"):
+            return _fast_net(scheme, head[2:], query)
+        path = head
+    else:
+        while head.startswith("../"):  # the usual dot segments, without _remove_dots
+            directory = directory[: directory.rfind("/", 0, -1) + 1] or "/"
+            head = head[3:]
+        while head.startswith("./"):
+            head = head[2:]
+        path = directory + head
+    if "/." in path:
+        path = _remove_dots(path)
+    return f"{origin}{path}?{query}" if query else origin + path
+
+
+def _fast_net(scheme: str, rest: str, query: str | None) -> str | None:
+    """``rest`` is ``authority[/path]`` just after ``//``."""
+    slash = rest.find("/")
+    if slash == 0:
+        return None  # extra slashes
+    if slash < 0:
+        path = "/"
+        netloc = _authority(scheme, rest)
+    else:
+        path = rest[slash:]
+        netloc = _authority(scheme, rest[:slash])
+        if "/." in path:
+            path = _remove_dots(path)
+    return f"{scheme}://{netloc}{path}?{query}" if query else f"{scheme}://{netloc}{path}"
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _base_dir(base: str) -> tuple[str, str, str]:
+    """(scheme, ``scheme://netloc``, directory of the path) of a base URL."""
+    scheme, netloc, path, _ = _parse_base(base)
+    return scheme, f"{scheme}://{netloc}", path[: path.rfind("/") + 1]
+
+
 def _split_ref(rest: str) -> tuple[str, str | None]:
     """(part before the query with ``\\`` as ``/``, query or None); the fragment is dropped."""
     cut = rest.find("#")
@@ -163,7 +269,7 @@ def _split_ref(rest: str) -> tuple[str, str | None]:
     q = rest.find("?")
     query = None
     if q >= 0:
-        rest, query = rest[:q], rest[q + 1:]
+        rest, query = rest[:q], rest[q + 1 :]
     if "\\" in rest:
         rest = rest.replace("\\", "/")
     return rest, query
@@ -204,8 +310,10 @@ def _fix_escape(m: re.Match[str]) -> str:
 
 def _remove_dots(path: str) -> str:
     """RFC 3986 5.2.4 on an absolute path, iteratively."""
-    out: list[str] = []
     segs = path.split("/")
+    if "." not in segs and ".." not in segs:
+        return path  # "/." was the start of a name, as in "/.well-known"
+    out: list[str] = []
     for seg in segs[1:]:
         if seg == "..":
             if out:
@@ -240,7 +348,7 @@ def _authority(scheme: str, authority: str) -> str:
         if end < 0:
             raise _Bad("host")
         host = _ipv6(hostport[1:end])
-        rest = hostport[end + 1:]
+        rest = hostport[end + 1 :]
         if rest and not rest.startswith(":"):
             raise _Bad("host")
         port_text = rest[1:]
@@ -275,6 +383,10 @@ def _host(raw: str) -> str:
             raise _Bad("host") from None
     if raw.isascii():
         host = raw.lower()
+        if "xn--" in host:
+            for label in host.split("."):
+                if label.startswith("xn--"):
+                    _check_alabel(label)
     else:
         host = _idna(raw)
     if host.endswith("."):
@@ -292,15 +404,46 @@ def _host(raw: str) -> str:
 
 
 def _idna(raw: str) -> str:
-    """UTS #46 mapping (non-transitional), then IDNA 2008 A-labels for non-ASCII labels."""
+    """UTS #46 mapping (non-transitional), then A-labels for the non-ASCII labels."""
     try:
         mapped = idna.uts46_remap(raw, std3_rules=False, transitional=False)
-        return ".".join(
-            label if label.isascii() else idna.alabel(label).decode("ascii")
-            for label in mapped.split(".")
-        )
     except (idna.IDNAError, UnicodeError, ValueError):
         raise _Bad("host") from None
+    labels = []
+    for label in mapped.split("."):
+        if not label.isascii():
+            label = _alabel(label)
+        elif label.startswith("xn--"):
+            _check_alabel(label)
+        labels.append(label)
+    return ".".join(labels)
+
+
+def _alabel(label: str) -> str:
+    """The A-label of a mapped non-ASCII label: IDNA 2008, or plain Punycode for
+    code points UTS #46 allows and IDNA 2008 does not (what browsers do)."""
+    try:
+        return idna.alabel(label).decode("ascii")
+    except idna.InvalidCodepoint:
+        pass
+    except (idna.IDNAError, UnicodeError, ValueError):
+        raise _Bad("host") from None
+    try:
+        if idna.uts46_remap(label, std3_rules=False, transitional=False) != label:
+            raise _Bad("host")  # not in mapped form (reached from an xn-- label)
+        return "xn--" + label.encode("punycode").decode("ascii")
+    except (idna.IDNAError, UnicodeError, ValueError):
+        raise _Bad("host") from None
+
+
+def _check_alabel(label: str) -> None:
+    """An ``xn--`` label must decode to a valid non-ASCII label that encodes back to it."""
+    try:
+        decoded = label[4:].encode("ascii").decode("punycode")
+    except UnicodeError:
+        raise _Bad("host") from None
+    if not decoded or decoded.isascii() or _alabel(decoded) != label:
+        raise _Bad("host")
 
 
 def _ipv4(labels: list[str]) -> str:
@@ -348,7 +491,7 @@ def _netloc(url: str) -> tuple[str, str]:
     if start <= 0:
         raise URLError(url, "relative")
     end = url.find("/", start + 3)
-    return url[:start], url[start + 3:] if end < 0 else url[start + 3:end]
+    return url[:start], url[start + 3 :] if end < 0 else url[start + 3 : end]
 
 
 def origin(url: str) -> tuple[str, str, int]:
