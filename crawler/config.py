@@ -1,4 +1,8 @@
-"""CrawlerConfig: every setting of a crawl, built once (by the CLI) and frozen."""
+"""CrawlerConfig: every setting of a crawl, built once (by the CLI) and frozen.
+
+What the limits do against the hostile web (timeouts, retries, backoff, body
+and decompression caps, redirect hops, URL length) is tabled in docs/HOSTILE.md.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +17,23 @@ DEFAULT_PER_HOST = 1
 DEFAULT_USER_AGENT = "kvcrawl/0.1 (+https://example.invalid/kvcrawl)"
 DEFAULT_SYNC_INTERVAL = 5.0
 DEFAULT_MAX_CRAWL_DELAY = 30.0
-DEFAULT_MAX_REDIRECTS = 5
+# Redirect hops followed in a row: Googlebot's documented 10 (browsers allow ~20).
+DEFAULT_MAX_REDIRECTS = 10
+# Retries of a URL after a transient failure (timeout, reset, 429/5xx): 3 tries in all.
 DEFAULT_MAX_RETRIES = 2
+# The longest one answer puts a host off: a Retry-After, or the doubled error backoff.
 DEFAULT_MAX_RETRY_AFTER = 300.0
+# A host's first backoff after a failure; doubled for each consecutive one.
 DEFAULT_BACKOFF = 5.0
 DEFAULT_BAD_HOST_RETRY = 3600.0
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_READ_TIMEOUT = 20.0
+DEFAULT_TOTAL_TIMEOUT = 60.0  # connect to last byte: what bounds a slow drip
+DEFAULT_DNS_TIMEOUT = 5.0  # one lookup, every retry included
+DEFAULT_MAX_BODY_BYTES = 10 << 20  # on the wire
+DEFAULT_MAX_DECODED_BYTES = 20 << 20  # after gzip/deflate
+# Sitemaps' limit and what most servers accept; longer links are dropped, not recorded.
+DEFAULT_MAX_URL_LENGTH = 2048
 DEFAULT_STACK_SIZE = 256 * 1024
 DEFAULT_STATUS_INTERVAL = 5.0
 DEFAULT_MAX_WAITING_PER_HOST = 64
@@ -49,13 +65,13 @@ class CrawlerConfig:
     max_retry_after: float = DEFAULT_MAX_RETRY_AFTER
     backoff: float = DEFAULT_BACKOFF
     bad_host_retry: float = DEFAULT_BAD_HOST_RETRY
-    connect_timeout: float = 10.0
-    read_timeout: float = 20.0
-    total_timeout: float = 60.0
-    dns_timeout: float = 5.0
-    max_body_bytes: int = 10 << 20
-    max_decoded_bytes: int = 20 << 20
-    max_url_length: int = 2048
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    total_timeout: float = DEFAULT_TOTAL_TIMEOUT
+    dns_timeout: float = DEFAULT_DNS_TIMEOUT
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
+    max_url_length: int = DEFAULT_MAX_URL_LENGTH
     stack_size: int = DEFAULT_STACK_SIZE
     max_waiting: int = 0  # URLs held in memory waiting for their host; 0 = 16 per thread
     max_waiting_per_host: int = DEFAULT_MAX_WAITING_PER_HOST
@@ -73,6 +89,15 @@ class CrawlerConfig:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"--{name.replace('_', '-')} cannot be negative")
+        for name in (
+            "max_redirects",
+            "max_retries",
+            "backoff",
+            "max_retry_after",
+            "bad_host_retry",
+        ):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} cannot be negative")
         for pattern in self.allow_regex + self.deny_regex:
             try:
                 re.compile(pattern)

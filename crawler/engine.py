@@ -12,7 +12,22 @@ Outcome. The *committer* writes outcomes in the frontier's crash-safe order.
 
 A URL ends as exactly one recorded outcome (a page, a redirect, an HTTP error,
 or a failure reason) or goes back to PendDB to be tried later (a transient
-error within its retry budget, a robots.txt that cannot be read yet).
+error within its retry budget). The designed outcome of each fault of the
+hostile web is tabled in docs/HOSTILE.md; in short:
+
+- transient failures (timeouts, resets, 429/5xx) back the *host* off: it is
+  not contacted for ``backoff`` seconds, doubled per consecutive failure of
+  the host (capped at ``max_retry_after``), or for Retry-After on 429/503;
+  the URL is retried up to ``max_retries`` times, then recorded;
+- hosts that cannot be reached at all (DNS failures, refused connections,
+  bad certificates) go to BadHosts with a retry time, and their other URLs
+  are recorded without touching the network meanwhile;
+- robots.txt that gives 5xx / 429 / no answer means "disallow for now": the
+  host's URLs wait (kept in its wait list) while robots.txt is fetched again
+  after the host's backoff, up to ``max_retries`` more times; after that
+  they are recorded ``robots_unavailable`` until the next robots.txt retry.
+  robots.txt is read through its own Fetcher capped just above the 512 KiB
+  the parser reads, whatever the page limits.
 
 Stopping: the feeder stops claiming, waiting URLs are dropped from memory
 (their bulks stay live in PendDB), workers finish their fetch, the committer
@@ -42,25 +57,35 @@ from .frontier import DISK_FULL_ERRNOS, Claimed, Frontier, Outcome
 from .links import extract, is_html, robots_directives
 from .pages import PageRecord, Pending, encode_page
 from .politeness import HostSlot, Scheduler
-from .robots import RobotsCache, RobotsRules, product_token, robots_key, robots_url
+from .robots import (
+    DEFAULT_MAX_ROBOTS_BYTES,
+    RobotsCache,
+    RobotsRules,
+    product_token,
+    robots_key,
+    robots_url,
+)
 from .urls import host_key, host_of, normalize, origin, url_key
 
 log = logging.getLogger(__name__)
 
 # Bulks claimed per feeder pass (then the status line gets its turn).
 _FEED_BULKS = 64
-# Failures that say the host itself is unreachable: it goes to BadHosts.
-_HOST_FAILURES = {"connect_refused", "connect_timeout"}
-# Failures that no retry of robots.txt will cure: the URL fails with the same reason.
-_UNREACHABLE = _HOST_FAILURES | {"tls"}
-# Failures worth another try later (within the retry budget).
-_TRANSIENT = {"read_timeout", "total_timeout", "reset", "protocol", "connect_timeout"}
+# Failures that say the host itself is unreachable: it goes to BadHosts (a certificate
+# is the host's, not the URL's). A robots.txt fetch failing so fails its URL the same way.
+_HOST_FAILURES = {"connect_refused", "connect_timeout", "connect_error", "tls"}
+# Failures worth another try later (within the retry budget), after a host backoff.
+_TRANSIENT = {"read_timeout", "total_timeout", "reset", "protocol"}
+# robots.txt bytes fetched: one more than the parser reads, so it can tell a cut file
+# (and drop its cut last line) from one of exactly that size.
+_ROBOTS_FETCH_BYTES = DEFAULT_MAX_ROBOTS_BYTES + 1
 
 
 @dataclass(frozen=True, slots=True)
 class _Result:
     outcome: Outcome | None  # None: the URL went back to its host's wait list
     not_before: float = 0.0  # monotonic time before which the host is not contacted again
+    contacted: bool = True  # False: decided without a request, the host owes no delay
 
 
 class Engine:
@@ -79,16 +104,8 @@ class Engine:
             timeout=config.dns_timeout,
             allow_private_ips=config.allow_private_ips,
         )
-        self.fetcher = Fetcher(
-            user_agent=config.user_agent,
-            resolve=self.dns.resolve,
-            connect_timeout=config.connect_timeout,
-            read_timeout=config.read_timeout,
-            total_timeout=config.total_timeout,
-            max_body_bytes=config.max_body_bytes,
-            max_decoded_bytes=config.max_decoded_bytes,
-            ca_bundle=config.ca_bundle,
-        )
+        self.fetcher = self._fetcher(config.max_body_bytes, config.max_decoded_bytes)
+        self.robots_fetcher = self._fetcher(_ROBOTS_FETCH_BYTES, _ROBOTS_FETCH_BYTES)
         self.scheduler = Scheduler(
             per_host=config.per_host,
             delay=config.delay,
@@ -97,7 +114,8 @@ class Engine:
         )
         self.robots = RobotsCache()
         self._agent = (product_token(config.user_agent),)
-        self._stats_lock = threading.Lock()
+        self._meta_names = ("robots", *self._agent)
+        self.stats_lock = threading.Lock()  # guards outcomes, fetched, bytes
         self.outcomes: Counter[str] = Counter()
         self.fetched = 0
         self.bytes = 0
@@ -106,6 +124,19 @@ class Engine:
         self._workers: list[threading.Thread] = []
         self._workers_done = threading.Event()  # tells the committer to drain and stop
         self.failure: CrawlerError | None = None  # why the crawl stopped on its own, if it did
+
+    def _fetcher(self, max_body_bytes: int, max_decoded_bytes: int) -> Fetcher:
+        cfg = self.config
+        return Fetcher(
+            user_agent=cfg.user_agent,
+            resolve=self.dns.resolve,
+            connect_timeout=cfg.connect_timeout,
+            read_timeout=cfg.read_timeout,
+            total_timeout=cfg.total_timeout,
+            max_body_bytes=max_body_bytes,
+            max_decoded_bytes=max_decoded_bytes,
+            ca_bundle=cfg.ca_bundle,
+        )
 
     # -- seeds ----------------------------------------------------------------
 
@@ -173,6 +204,7 @@ class Engine:
             log.warning("bad hosts not saved: %s", exc)
             self.bad_hosts.abandon()
         self.fetcher.close()
+        self.robots_fetcher.close()
 
     def _feed(self) -> bool:
         """Claim bulks while the scheduler has room; True if anything was claimed."""
@@ -224,10 +256,9 @@ class Engine:
             if item is None:
                 continue
             slot, claimed = item
-            not_before = 0.0
+            result = _Result(None)
             try:
                 result = self._handle(slot, claimed)
-                not_before = result.not_before
                 if result.outcome is not None:
                     self.frontier.submit(result.outcome)
                 else:
@@ -236,7 +267,9 @@ class Engine:
                 log.exception("unexpected error on %s", claimed.entry.url)
                 self._submit(claimed, self._record(claimed, 0, "internal_error"))
             finally:
-                self.scheduler.release(slot, not_before=not_before)
+                self.scheduler.release(
+                    slot, not_before=result.not_before, contacted=result.contacted
+                )
 
     # -- one URL ----------------------------------------------------------------
 
@@ -244,7 +277,8 @@ class Engine:
         cfg = self.config
         url = c.entry.url
         scheme, host, port = origin(url)
-        if cfg.max_pages_per_host is not None and slot.pages > cfg.max_pages_per_host:
+        limit = cfg.max_pages_per_host
+        if limit is not None and slot.fetches >= limit:  # checked again when reserving
             return self._final(c, 0, "host_page_limit")
         bad = self._bad.get(host_key(host))
         if bad is not None and float(bad["retry_at"]) > time.time():
@@ -255,22 +289,24 @@ class Engine:
                 verdict = self._robots(slot, c, scheme, host, port)
                 if verdict is not None:
                     return verdict
+            if not self.scheduler.reserve_fetch(slot, limit):
+                return self._final(c, 0, "host_page_limit")
             if not self._reserve_fetch():
-                return _Result(None)
+                return _Result(None, contacted=False)
             response = self.fetcher.fetch(url)
         except DNSError as exc:
             reason = "private_ip" if exc.kind == "private" else f"dns_{exc.kind}"
             self._mark_bad(host, reason)
             return self._final(c, 0, reason)
         except FetchError as exc:
-            return self._failure(c, host, exc.reason)
-        with self._stats_lock:
+            return self._failure(slot, c, host, exc.reason)
+        with self.stats_lock:
             self.bytes += response.wire_bytes
-        return self._response(c, response)
+        return self._response(slot, c, response)
 
     def _reserve_fetch(self) -> bool:
         """Count a fetch against --max-pages; False (and stop) once the limit is reached."""
-        with self._stats_lock:
+        with self.stats_lock:
             if self.config.max_pages is not None and self.fetched >= self.config.max_pages:
                 self._limit_reached.set()
                 self.stop()
@@ -286,17 +322,25 @@ class Engine:
         key = robots_key(url)
         now = time.time()
         rules = self.robots.get(key, now)
+        cfg = self.config
         if rules is None:
-            if not self.robots.begin_fetch(key, now):
-                return _Result(None, time.monotonic() + 0.05)  # another worker is fetching it
+            if not self.robots.begin_fetch(key, now):  # another worker is fetching it
+                return _Result(None, time.monotonic() + 0.05, contacted=False)
             rules = None
             try:
                 status, body = self._fetch_robots(robots_url(url))
+                failed = status is None or status >= 500 or status == 429
+                failures = self.scheduler.robots_outcome(slot, failed)
+                if failed and failures <= cfg.max_retries:
+                    with self.stats_lock:
+                        self.outcomes["retry:robots_unavailable"] += 1
+                retry = cfg.backoff * 2.0 ** min(max(failures - 1, 0), 60)
                 rules = RobotsRules.from_response(
                     status,
                     body,
-                    user_agent=self.config.user_agent,
+                    user_agent=cfg.user_agent,
                     now=time.time(),
+                    error_retry=min(retry, cfg.max_retry_after),
                     previous=self.robots.peek(key),
                 )
             finally:
@@ -305,39 +349,41 @@ class Engine:
                 else:
                     self.robots.finish_fetch(key, rules)
             if rules.crawl_delay is not None:
-                slot.delay = max(
-                    self.config.delay, min(rules.crawl_delay, self.config.max_crawl_delay)
-                )
+                slot.delay = max(cfg.delay, min(rules.crawl_delay, cfg.max_crawl_delay))
             return _Result(None)  # robots.txt was this visit's request; the URL waits its turn
         if rules.state == "disallow_all_for_now":
-            if c.entry.attempts < self.config.max_retries:
-                wait = min(max(0.0, (rules.retry_at or now) - now), self.config.max_retry_after)
-                return self._retry(c, "robots_unavailable", wait)
+            if slot.robots_failures <= cfg.max_retries:
+                # The whole host waits for the next robots.txt try; its URLs stay in memory.
+                wait = max(0.0, (rules.retry_at or now) - now)
+                return _Result(None, time.monotonic() + wait, contacted=False)
             return self._final(c, 0, "robots_unavailable")
         if not rules.can_fetch(url):
             return self._final(c, 0, "robots_disallowed")
         return None
 
     def _fetch_robots(self, url: str) -> tuple[int | None, bytes | None]:
-        """(status, body) of robots.txt after up to 5 redirects; (None, None) if unreachable."""
+        """(status, body) of robots.txt after up to 5 redirects (RFC 9309: then it is
+        "unavailable", so the last 3xx is returned); (None, None) if no answer."""
+        status = None
         for _hop in range(5):
             try:
-                r = self.fetcher.fetch(url)
+                r = self.robots_fetcher.fetch(url)
             except FetchError as exc:
-                if exc.reason in _UNREACHABLE:
+                if exc.reason in _HOST_FAILURES or exc.reason == "aborted":
                     raise  # the host itself cannot be reached: its URLs fail the same way
                 return None, None
             if r.redirect and 300 <= r.status < 400:
-                url = r.redirect
+                url, status = r.redirect, r.status
                 continue
             return r.status, r.body
-        return None, None
+        return status, b""
 
     # -- outcomes -----------------------------------------------------------------
 
     def _record(self, c: Claimed, status: int, reason: str, **fields: Any) -> bytes:
-        with self._stats_lock:
-            self.outcomes[reason or str(status)] += 1
+        key = status_mod.outcome_key(status, reason, fields.get("truncated", ""))
+        with self.stats_lock:
+            self.outcomes[key] += 1
         page = PageRecord(
             url=c.entry.url,
             status=status,
@@ -352,7 +398,8 @@ class Engine:
         self.frontier.submit(Outcome(c, record))
 
     def _final(self, c: Claimed, status: int, reason: str) -> _Result:
-        return _Result(Outcome(c, self._record(c, status, reason)))
+        """A failure recorded without a request to the host (it owes no delay)."""
+        return _Result(Outcome(c, self._record(c, status, reason)), contacted=False)
 
     def _mark_bad(self, host: str, reason: str) -> None:
         k = host_key(host)
@@ -367,36 +414,44 @@ class Engine:
         except OSError as exc:  # advisory state: the host is still bad in memory
             log.warning("bad host %s not saved: %s", host, exc)
 
-    def _failure(self, c: Claimed, host: str, reason: str) -> _Result:
+    def _failure(self, slot: HostSlot, c: Claimed, host: str, reason: str) -> _Result:
+        """A request that got no usable answer."""
+        if reason == "aborted":  # the crawl is stopping: not the URL's fault, try it next run
+            return _Result(Outcome(c, None, requeue=c.entry), contacted=False)
         if reason in _HOST_FAILURES:
             self._mark_bad(host, reason)
-            return self._final(c, 0, reason)
-        if reason in _TRANSIENT and c.entry.attempts < self.config.max_retries:
-            return self._retry(c, reason, self.config.backoff * (2**c.entry.attempts))
-        return self._final(c, 0, reason)
+            return _Result(Outcome(c, self._record(c, 0, reason)))
+        cfg = self.config
+        wait = self.scheduler.host_failed(slot, cfg.backoff, cfg.max_retry_after)
+        if reason in _TRANSIENT and c.entry.attempts < cfg.max_retries:
+            return self._retry(c, reason, wait)
+        return _Result(Outcome(c, self._record(c, 0, reason)), time.monotonic() + wait)
 
     def _retry(self, c: Claimed, reason: str, wait: float) -> _Result:
-        with self._stats_lock:
+        """Requeue the URL with one more attempt; its host waits ``wait`` seconds."""
+        with self.stats_lock:
             self.outcomes[f"retry:{reason}"] += 1
         e = c.entry
         again = Pending(e.url, e.depth, e.hops, e.attempts + 1)
         return _Result(Outcome(c, None, requeue=again), time.monotonic() + wait)
 
-    def _response(self, c: Claimed, r: FetchResult) -> _Result:
+    def _response(self, slot: HostSlot, c: Claimed, r: FetchResult) -> _Result:
         cfg = self.config
         e = c.entry
         status = r.status
-        if status in (429, 503) or 500 <= status < 600:
-            wait = cfg.backoff * (2**e.attempts)
+        if status == 429 or 500 <= status < 600:
+            ra = None
             if status in (429, 503):
                 ra = parse_retry_after(r.headers.get("retry-after", ""), time.time())
-                if ra is not None:
-                    wait = ra
-            wait = min(wait, cfg.max_retry_after)
+            if ra is None:
+                wait = self.scheduler.host_failed(slot, cfg.backoff, cfg.max_retry_after)
+            else:  # the server said how long: that, not our backoff
+                wait = min(ra, cfg.max_retry_after)
             if e.attempts < cfg.max_retries:
                 return self._retry(c, f"http_{status}", wait)
             outcome = Outcome(c, self._page(c, r, ""))
             return _Result(outcome, time.monotonic() + wait)
+        self.scheduler.host_ok(slot)
         links: list[tuple[bytes, Pending]] = []
         reason = ""
         noindex = False
@@ -415,6 +470,7 @@ class Engine:
                     content_type=ctype,
                     max_url_length=cfg.max_url_length,
                     follow_rel_nofollow=not cfg.obey_robots,
+                    robots_meta_names=self._meta_names,
                 )
                 outlinks = len(page.links)
                 tag_nofollow, tag_noindex = robots_directives(

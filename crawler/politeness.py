@@ -8,9 +8,16 @@ connection sit in a heap ordered by that time. ``next()`` hands a worker the
 URL of the earliest host whose time has come, marking one connection busy;
 ``release()`` frees it and sets the host's next time to now + its delay (so
 the gap from the end of one request to the start of the next is at least the
-delay), or later after a Retry-After or an error backoff. A slow host only
-holds its own connections: other hosts keep flowing (no head-of-line
-blocking).
+delay), or later after a Retry-After or an error backoff. A URL decided
+without contacting the host (a cached robots.txt verdict, a bad host, a page
+limit) releases with ``contacted=False`` and costs the host no delay, so a
+dead host's thousand URLs are recorded at once, not one per delay. A slow
+host only holds its own connections: other hosts keep flowing (no
+head-of-line blocking).
+
+Per-host counters (consecutive failures for the backoff, robots.txt failures,
+fetches for max pages per host) change under the scheduler's lock, through
+``host_failed``, ``host_ok``, ``robots_outcome`` and ``reserve_fetch``.
 
 Memory is bounded: at most ``max_waiting`` URLs wait in all, and at most
 ``max_waiting_per_host`` for one host; ``offer()`` refuses beyond that and the
@@ -37,8 +44,10 @@ class HostSlot:
     active: int = 0
     next_at: float = 0.0
     in_heap: bool = False
-    pages: int = 0  # URLs handed out for this host (for max pages per host)
-    failures: int = 0  # consecutive failures, for the backoff
+    pages: int = 0  # URLs handed out for this host
+    fetches: int = 0  # page requests reserved this run (for max pages per host)
+    failures: int = 0  # consecutive failed requests (timeouts, resets, 429/5xx): the backoff
+    robots_failures: int = 0  # consecutive robots.txt fetches that gave no usable answer
     state: dict[str, Any] = field(default_factory=dict)  # robots rules etc., owned by the engine
 
 
@@ -156,14 +165,45 @@ class Scheduler:
             return s, item
         return None
 
-    def release(self, s: HostSlot, *, not_before: float = 0.0) -> None:
-        """A fetch for ``s`` ended: free the connection; the host waits its delay
-        (or until ``not_before``, a monotonic time, after a Retry-After or backoff)."""
+    def release(self, s: HostSlot, *, not_before: float = 0.0, contacted: bool = True) -> None:
+        """A URL of ``s`` is done with: free the connection. If the host was
+        ``contacted`` it waits its delay; in any case not before ``not_before``
+        (a monotonic time, after a Retry-After or backoff)."""
         with self._cond:
             s.active -= 1
             self.active -= 1
-            s.next_at = max(s.next_at, self._clock() + s.delay, not_before)
+            floor = self._clock() + s.delay if contacted else 0.0
+            s.next_at = max(s.next_at, floor, not_before)
             self._push(s)  # wakes one waiting worker if the host has more to do
+
+    # -- per-host counters (thread-safe) -------------------------------------------
+
+    def host_failed(self, s: HostSlot, base: float, cap: float) -> float:
+        """Count a failed request; the seconds the host now waits: ``base`` doubled
+        for each consecutive failure before this one, at most ``cap``."""
+        with self._cond:
+            s.failures += 1
+            return min(base * 2.0 ** min(s.failures - 1, 60), cap)
+
+    def host_ok(self, s: HostSlot) -> None:
+        """A request got a usable answer: the backoff starts over."""
+        with self._cond:
+            s.failures = 0
+
+    def robots_outcome(self, s: HostSlot, failed: bool) -> int:
+        """Count a robots.txt fetch; the number of consecutive failed ones (0 after a success)."""
+        with self._cond:
+            s.robots_failures = s.robots_failures + 1 if failed else 0
+            return s.robots_failures
+
+    def reserve_fetch(self, s: HostSlot, limit: int | None) -> bool:
+        """Count one page request for the host; False (nothing counted) once ``limit``
+        requests were reserved this run."""
+        with self._cond:
+            if limit is not None and s.fetches >= limit:
+                return False
+            s.fetches += 1
+            return True
 
     def drain(self) -> list[Any]:
         """Remove and return every waiting URL (at shutdown)."""

@@ -2,6 +2,12 @@
 
 ``python -m crawler status DIR`` reads the file a running or stopped crawl
 left, plus read-only opens of its stores.
+
+Outcomes are counted by *key* (``outcome_key``: the record's reason, else its
+truncation, else its HTTP status; ``retry:<why>`` for a try that will be
+repeated) and grouped into a few *classes* an operator can read at a glance
+(``outcome_class``; the table is in docs/HOSTILE.md). status.json carries
+both (``outcomes`` by key, ``classes``); the status line shows the classes.
 """
 
 from __future__ import annotations
@@ -18,6 +24,82 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATUS_NAME = "status.json"
+
+# Reason -> class. Reasons not listed fall back on their prefix (see outcome_class).
+_CLASSES = {
+    "not_html": "not_html",
+    "too_large": "truncated",
+    "decompression_bomb": "truncated",
+    "robots_disallowed": "robots",
+    "robots_unavailable": "robots",
+    "redirect_limit": "limit",
+    "host_page_limit": "limit",
+    "private_ip": "dns",
+    "connect_refused": "connect",
+    "connect_timeout": "connect",
+    "connect_error": "connect",
+    "tls": "connect",
+    "read_timeout": "timeout",
+    "total_timeout": "timeout",
+    "reset": "broken",
+    "protocol": "broken",
+}
+CLASSES = (
+    "ok",
+    "redirect",
+    "http_4xx",
+    "http_5xx",
+    "not_html",
+    "truncated",
+    "robots",
+    "limit",
+    "dns",
+    "connect",
+    "timeout",
+    "broken",
+    "bad_host",
+    "retry",
+    "other",
+)
+
+
+def outcome_key(status: int, reason: str, truncated: str = "") -> str:
+    """The counter key of a recorded outcome: its reason, else why its body was
+    cut, else its HTTP status ("200", "404")."""
+    return reason or truncated or str(status)
+
+
+def outcome_class(key: str) -> str:
+    """The class (one of CLASSES) of an outcome key."""
+    if key.startswith("retry:"):
+        return "retry"
+    if key.startswith("bad_host:"):
+        return "bad_host"
+    if key.startswith("dns_"):
+        return "dns"
+    cls = _CLASSES.get(key)
+    if cls is not None:
+        return cls
+    if key.isdigit():
+        status = int(key)
+        if 200 <= status < 300:
+            return "ok"
+        if 300 <= status < 400:
+            return "redirect"
+        if 400 <= status < 500:
+            return "http_4xx"
+        if 500 <= status < 600:
+            return "http_5xx"
+    return "other"
+
+
+def by_class(outcomes: dict[str, int]) -> dict[str, int]:
+    """Outcome counts summed per class (classes with no outcome left out)."""
+    out: dict[str, int] = {}
+    for key, n in outcomes.items():
+        cls = outcome_class(key)
+        out[cls] = out.get(cls, 0) + n
+    return {c: out[c] for c in CLASSES if c in out}
 
 
 def rss_bytes() -> int:
@@ -46,7 +128,8 @@ class Reporter:
         now = time.monotonic()
         elapsed = max(1e-9, now - self._last)
         counts = e.frontier.counts()
-        errors = {k: v for k, v in sorted(e.outcomes.items()) if k}
+        with e.stats_lock:
+            errors = {k: v for k, v in sorted(e.outcomes.items()) if k}
         return {
             "pid": os.getpid(),
             "running": not final,
@@ -62,6 +145,7 @@ class Reporter:
             "hosts": e.scheduler.hosts(),
             "bad_hosts": len(e._bad),
             "outcomes": errors,
+            "classes": by_class(errors),
             "mb": round(e.bytes / 1e6, 1),
             "rss_mb": round(rss_bytes() / 1e6, 1),
         }
@@ -70,9 +154,7 @@ class Reporter:
         snap = self.snapshot(final=final)
         self._last = time.monotonic()
         self._last_fetched = snap["fetched"]
-        top = ", ".join(
-            f"{k}={v}" for k, v in sorted(snap["outcomes"].items(), key=lambda kv: -kv[1])[:6]
-        )
+        top = ", ".join(f"{k}={v}" for k, v in snap["classes"].items())
         log.info(
             "fetched %d (%.1f/s) pending %d in flight %d waiting %d hosts %d bad hosts %d"
             " | %s | %.1f MB rss %.0f MB",
@@ -83,7 +165,7 @@ class Reporter:
             snap["waiting"],
             snap["hosts"],
             snap["bad_hosts"],
-            top or "no errors",
+            top or "nothing recorded yet",
             snap["mb"],
             snap["rss_mb"],
         )

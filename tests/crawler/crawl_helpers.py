@@ -86,3 +86,45 @@ def start_cli(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs
     )
+
+
+# -- helpers for the hostile-web tests ---------------------------------------------------
+
+
+def record(data_dir: Path, url: str) -> PageRecord:
+    """The page record of one URL, body included (KeyError if the URL was never recorded)."""
+    from crawler.urls import url_key
+
+    with kvstore.open(data_dir / "main", readonly=True) as main:
+        return decode_page(main[url_key(url)])
+
+
+def status_json(data_dir: Path) -> dict[str, Any]:
+    """The status.json a crawl left in its data directory."""
+    from crawler.status import read_status
+
+    snap = read_status(str(data_dir))
+    assert snap is not None, f"no status.json in {data_dir}"
+    return snap
+
+
+def bad_hosts(data_dir: Path) -> dict[str, dict[str, Any]]:
+    """The persisted BadHosts entries, by host name."""
+    import json
+
+    with kvstore.open(data_dir / "badhosts", readonly=True) as bad:
+        entries = [json.loads(bad[k]) for k in bad]
+    return {e["host"]: e for e in entries}
+
+
+def tries(web: TestWeb, url: str) -> list[Any]:
+    """The request log's records of one URL (canonical form), in order of arrival."""
+    return sorted((r for r in web.log.records() if r.url == url), key=lambda r: r.start)
+
+
+def host_name(url: str) -> str:
+    from tools.testweb.urls import split
+
+    parts = split(url)
+    assert parts is not None, url
+    return parts.host
