@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 
 # Bulks claimed per feeder pass (then the status line gets its turn).
 _FEED_BULKS = 64
+ROBOTS_MAX_REDIRECTS = 5  # RFC 9309 §2.3.1.2 asks for at least five
 # Failures that say the host itself is unreachable: it goes to BadHosts (a certificate
 # is the host's, not the URL's). A robots.txt fetch failing so fails its URL the same way.
 _HOST_FAILURES = {"connect_refused", "connect_timeout", "connect_error", "tls"}
@@ -362,10 +363,11 @@ class Engine:
         return None
 
     def _fetch_robots(self, url: str) -> tuple[int | None, bytes | None]:
-        """(status, body) of robots.txt after up to 5 redirects (RFC 9309: then it is
-        "unavailable", so the last 3xx is returned); (None, None) if no answer."""
+        """(status, body) of robots.txt after up to ROBOTS_MAX_REDIRECTS redirects (RFC
+        9309 §2.3.1.2: at least five; past them the last 3xx is returned, which means
+        "unavailable"); (None, None) if no answer."""
         status = None
-        for _hop in range(5):
+        for _request in range(1 + ROBOTS_MAX_REDIRECTS):
             try:
                 r = self.robots_fetcher.fetch(url)
             except FetchError as exc:

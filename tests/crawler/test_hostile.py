@@ -11,6 +11,8 @@ the failure ended), never as a measure of speed.
 from __future__ import annotations
 
 import email.utils
+import http.server
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -724,3 +726,49 @@ def test_urls_decided_without_a_request_cost_their_host_no_delay() -> None:
     assert s.next(timeout=0) is None
     now[0] += 30.0
     assert s.next(timeout=0) is not None
+
+
+def test_robots_txt_reached_after_five_redirects_is_obeyed(
+    testweb: TestWeb, tmp_path: Path
+) -> None:
+    """RFC 9309 §2.3.1.2: follow at least five redirects to robots.txt; past those it is
+    unavailable (allow all)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        hops = 5  # /robots.txt -> /r1 -> ... -> /r<hops>, which disallows everything
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if self.path == "/robots.txt" or self.path.startswith("/r"):
+                step = 0 if self.path == "/robots.txt" else int(self.path[2:])
+                if step < self.hops:
+                    self._answer(301, b"", ("Location", f"/r{step + 1}"))
+                else:
+                    self._answer(200, b"User-agent: *\nDisallow: /\n")
+            else:
+                self._answer(200, b"<html><body>page</body></html>", ("Content-Type", "text/html"))
+
+        def _answer(self, status: int, body: bytes, *headers: tuple[str, str]) -> None:
+            self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    for hops, reason in ((5, "robots_disallowed"), (6, "")):
+        Handler.hops = hops
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            seed = f"http://127.0.0.1:{server.server_address[1]}/page"
+            data = tmp_path / f"hops{hops}"
+            run_crawl(testweb, data, seeds=[seed], **LIMITS)
+            got = records(data)[seed]
+            assert (got.reason, got.status) == (reason, 0 if reason else 200), hops
+        finally:
+            server.shutdown()
+            server.server_close()
