@@ -196,3 +196,14 @@ def test_response_faults_keep_links_as_the_catalog_says(kind: str) -> None:
     assert node.fault == kind
     assert bool(node.links) == KINDS[kind].keeps_links
     assert site.lookup("h0.test", "/robots.txt").fault is None  # robots.txt is never hit
+
+
+def test_an_extra_hosts_home_page_links_its_hostile_hub_in_the_html() -> None:
+    """The oracle follows Node.links; a crawler sees only the body: they must agree."""
+    faults = [fault("dns_slow"), fault("spider_trap", host="dnsslow.test")]
+    site = Site(Graph(SiteConfig(pages=10, hosts=1)), faults, http_port=80, https_port=443)
+    node = site.lookup("dnsslow.test", "/")
+    doc = lxml.html.fromstring(site.body("dnsslow.test", node))
+    hrefs = [site.url("dnsslow.test", a.get("href")) for a in doc.iter("a")]
+    assert site.url("dnsslow.test", "/x/") in node.links
+    assert sorted(hrefs) == sorted(node.links)

@@ -244,10 +244,9 @@ class Site:
 
     def _extra(self, h: Host, path: str) -> Node:
         if path == "/":
-            links = tuple(self.url(h.name, p) for p in EXTRA_PAGES)
-            if self._has_hub(h.name):
-                links += (self.url(h.name, "/x/"),)
-            return Node(200, links=links, body=link_list(f"Home of {h.name}", list(EXTRA_PAGES)))
+            hrefs = list(EXTRA_PAGES) + (["/x/"] if self._has_hub(h.name) else [])
+            links = tuple(self.url(h.name, p) for p in hrefs)  # exactly what the body links
+            return Node(200, links=links, body=link_list(f"Home of {h.name}", hrefs))
         if path in EXTRA_PAGES:
             return Node(200, body=leaf_page(f"{h.name}{path}"))
         return NOT_FOUND
