@@ -95,9 +95,24 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--ignore-robots", action="store_true", help="do not fetch or obey robots.txt"
     )
-    start.add_argument("--timeout", type=float, default=60.0, help="total seconds for one fetch")
+    start.add_argument(
+        "--timeout",
+        type=float,
+        default=cfgmod.DEFAULT_TOTAL_TIMEOUT,
+        help="total seconds for one fetch, connect to last byte",
+    )
     start.add_argument("--status-interval", type=float, default=cfgmod.DEFAULT_STATUS_INTERVAL)
     start.add_argument("--quiet", action="store_true", help="no status lines, only warnings")
+    limits = start.add_argument_group("limits (docs/HOSTILE.md says what each bounds)")
+    for flag, kind, field, text in _LIMITS:
+        limits.add_argument(
+            flag,
+            type=kind,
+            default=getattr(cfgmod, "DEFAULT_" + field.upper()),
+            dest=field,
+            metavar="N" if kind is int else "S" if kind is float else "BYTES",
+            help=f"{text} (default %(default)s)",
+        )
 
     status = sub.add_parser(
         "status",
@@ -109,6 +124,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_export(sub)
     _add_pages_and_show(sub)
     return parser
+
+
+# (flag, type, CrawlerConfig field with a DEFAULT_<FIELD> in config, help)
+_LIMITS: tuple[tuple[str, Any, str, str], ...] = (
+    ("--connect-timeout", float, "connect_timeout", "seconds for a TCP connect plus TLS"),
+    ("--read-timeout", float, "read_timeout", "seconds one socket read may wait"),
+    ("--dns-timeout", float, "dns_timeout", "seconds for one host lookup, retries included"),
+    ("--max-retries", int, "max_retries", "further tries after a transient failure"),
+    ("--backoff", float, "backoff", "seconds a host waits after a failure (doubles)"),
+    ("--max-retry-after", float, "max_retry_after", "cap on Retry-After and backoff, seconds"),
+    ("--max-crawl-delay", float, "max_crawl_delay", "cap on a robots.txt Crawl-delay"),
+    ("--bad-host-retry", float, "bad_host_retry", "seconds before a dead host is tried again"),
+    ("--max-redirects", int, "max_redirects", "redirect hops followed from one URL"),
+    ("--max-url-length", int, "max_url_length", "longer links are dropped"),
+    ("--max-body-bytes", lambda v: _size(v), "max_body_bytes", "body bytes read off the wire"),
+    ("--max-decoded-bytes", lambda v: _size(v), "max_decoded_bytes", "body after gzip/deflate"),
+)
 
 
 def _size(value: str) -> int:
@@ -284,6 +316,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         allow_regex=tuple(args.allow_regex),
         deny_regex=tuple(args.deny_regex),
         total_timeout=args.timeout,
+        **{field: getattr(args, field) for _, _, field, _ in _LIMITS},
         status_interval=args.status_interval,
         scope_hosts=frozenset(origin(s)[1] for s in all_seeds),
     )

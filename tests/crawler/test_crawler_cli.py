@@ -97,3 +97,26 @@ def test_a_crawl_from_the_command_line_then_status(
     )
     assert info["pending_bulks"] == 0
     assert info["last_status"]["fetched"] == summary["fetched"]
+
+
+def test_limits_from_the_command_line_reach_the_crawl(
+    make_testweb: Callable[..., TestWeb], tmp_path: Path
+) -> None:
+    """--max-body-bytes cuts a huge body and --max-redirects stops a chain: the flags are
+    not just parsed but used."""
+    from crawl_helpers import cli_args, records
+
+    from tools.testweb import fault
+
+    web = make_testweb(pages=20, hosts=1, crawl_delay=0.0,
+                       faults=[fault("huge_body", size=1 << 20), fault("redirects")])
+    data = tmp_path / "c"
+    args = cli_args(web, data, "--max-body-bytes", "64K", "--max-redirects", "1")
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = records(data)
+    huge = got[web.url("h0.test", "/x/huge_body/1")]
+    assert (huge.status, huge.truncated) == (200, "too_large")
+    assert any(r.reason == "redirect_limit" for r in got.values())
+    want = web.oracle.crawl(max_redirects=1, max_url_length=2048)
+    assert {u for u, r in got.items() if r.status > 0} == set(want.fetched)
