@@ -32,7 +32,9 @@ the committer, so two pages linking the same URL cannot both admit it.
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
+import operator
 import os
 import threading
 import time
@@ -54,6 +56,8 @@ DEFAULT_BULK_SIZE = 25
 # Links repeat (navigation, popular pages): most offers stop here, for the price of
 # a Python set probe instead of three store lookups (~3 us each in small batches).
 DEFAULT_RECENT_KEYS = 1 << 15
+# Admission batches of at least this many distinct keys skip the cache (see _dedup).
+DEFAULT_VECTOR_BATCH = 1024
 DEFAULT_SYNC_INTERVAL = 5.0
 URL_LOG_NAME = "urls.log"
 # errnos that mean "no space for this write" (EFBIG: a file size limit such as ulimit -f)
@@ -249,27 +253,29 @@ class Frontier:
     def _dedup(self, candidates: list[tuple[bytes, Pending]]) -> tuple[list[Pending], list[bytes]]:
         """The candidates never seen before (first offer of each wins), and their keys.
 
-        Order of the checks, cheapest first: this batch and the recent-keys cache
-        (Python sets), then MainDB, PendSet and ProcessingSet, each asked only
-        about the keys the previous ones did not know."""
-        recent, older = self._recent, self._older
-        fresh: dict[bytes, Pending] = {}
-        for k, entry in candidates:
-            if k not in fresh and k not in recent and k not in older:
-                fresh[k] = entry
-        keys = list(fresh)
+        Order of the checks, cheapest first: this batch (a dict built in C), then
+        for a small batch the recent-keys cache (Python sets), then MainDB,
+        PendSet and ProcessingSet, each asked only about the keys the previous
+        ones did not know. A big batch skips the cache: the stores' vectorized
+        lookups cost less per key than a Python loop over it."""
+        fresh = dict(reversed(candidates))  # the first offer of a key is the one kept
+        keys = list(dict.fromkeys(map(operator.itemgetter(0), candidates)))  # in offer order
+        small = len(keys) < DEFAULT_VECTOR_BATCH
+        if small:
+            recent, older = self._recent, self._older
+            keys = [k for k in keys if k not in recent and k not in older]
         for known_by in (self.main, self.pend_set, self.processing):
             if not keys:
                 break
             known = known_by.contains_many(_keys_array(keys)).tolist()
-            for k, old in zip(keys, known, strict=True):
-                if old:
-                    del fresh[k]
+            if small:
+                for k in itertools.compress(keys, known):
                     self._remember(k)
-            keys = list(fresh)
-        entries = list(fresh.values())
-        for k in keys:
-            self._remember(k)
+            keys = [k for k, old in zip(keys, known, strict=True) if not old]
+        if small:
+            for k in keys:
+                self._remember(k)
+        entries = [fresh[k] for k in keys]
         if entries:
             self._log.write("".join(e.url + "\n" for e in entries))
             self._log.flush()

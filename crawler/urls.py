@@ -74,6 +74,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from functools import lru_cache
+from hashlib import md5 as _md5
 from urllib.parse import unquote
 
 import idna
@@ -472,8 +473,9 @@ def _ipv4(labels: list[str]) -> str:
 
 
 def url_key(normalized_url: str) -> bytes:
-    """The 16-byte MainDB / PendSet key: md5 of the UTF-8 normalized URL."""
-    return md5_key(normalized_url.encode("utf-8"))
+    """The 16-byte MainDB / PendSet key: md5 of the UTF-8 normalized URL (what
+    kvstore.md5_key gives; called directly, as this runs for every link found)."""
+    return _md5(normalized_url.encode("utf-8")).digest()
 
 
 def host_key(host: str) -> bytes:

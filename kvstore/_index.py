@@ -421,14 +421,13 @@ class HashIndex:
                 else:
                     self.set(k, v)
             return
+        keys, values = _latest_of_each(keys, values)
         h = hash_keys(keys)
         segid = (h >> np.uint64(_SEG_SHIFT)).astype(np.uint8)
         for s, idx in _group(segid):
             seg = self._segs[s]
             if seg.live + seg.deleted + len(idx) > MAX_LOAD * seg.cap:
                 seg = self._rebuild(s, seg.live + len(idx))
-            # Latest first: the lowest position in `idx[::-1]` wins each contested slot.
-            idx = idx[::-1]
             self._insert_segment(seg, keys[idx], h[idx], values[idx])
             # Shrink only a segment that deletions emptied, never one still filling up.
             if seg.deleted and seg.live < MIN_LOAD * seg.cap and seg.cap > MIN_SEGMENT_CAPACITY:
@@ -437,14 +436,14 @@ class HashIndex:
     def _insert_segment(
         self, seg: _Segment, keys: np.ndarray, h: np.ndarray, values: np.ndarray
     ) -> None:
-        """Vectorized insert into one segment of keys ordered latest first.
+        """Vectorized insert of *distinct* keys into one segment.
 
         A key takes the first EMPTY slot of its probe sequence, or its own slot
-        if present (live or deleted). When several keys reach one slot in a
-        round, the lowest batch position (the latest record) wins; a key that
-        then finds its own key claimed by a later record is an older
-        duplicate and is dropped. Deleted slots of other keys are not reused
-        here (the single-key path reuses them), so no key can end up twice.
+        if present (live or deleted). Keys are distinct, so only empty slots are
+        contested: when several keys reach one in a round, the lowest batch
+        position takes it and the others probe on. Deleted slots of other keys
+        are not reused here (the single-key path reuses them), so no key can
+        end up twice. Work is proportional to the batch, never to the segment.
         """
         m = len(keys)
         cap, w, top = seg.cap, self.width, self.width - 1
@@ -452,7 +451,6 @@ class HashIndex:
         flat_keys = seg.keys.view(_U64).reshape(-1)
         encoded = self._encode(np.maximum(values, 0))
         deleted_raw = np.frombuffer(self._deleted, dtype=np.uint8)
-        claim = np.full(cap, m, dtype=np.int64)  # batch position that took a slot in this call
         kw = keys.view(_U64).reshape(-1, 2)
         pos, step = self._probe_start(h, cap)
         idx = np.arange(m, dtype=np.int64)
@@ -462,30 +460,29 @@ class HashIndex:
             live = state < 0xFE
             empty = ~live & (flat_vals[pos * w] == 0xFF)
             same = ~empty & (flat_keys[2 * pos] == k0) & (flat_keys[2 * pos + 1] == k1)
-            unclaimed = claim[pos] == m
-            cand = empty | (same & unclaimed)
-            finished = same & ~unclaimed  # an older duplicate: drop it
-            if cand.any():
-                cp, ci = pos[cand], idx[cand]
-                np.minimum.at(claim, cp, ci)
-                won = claim[cp] == ci
-                wp, wi = cp[won], ci[won]
-                was_live = live[cand][won]
-                was_empty = empty[cand][won]
+            cand = np.flatnonzero(empty | same)
+            taken = np.zeros(len(idx), dtype=bool)
+            if len(cand):
+                cp = pos[cand]
+                order = np.argsort(cp, kind="stable")  # by slot, then batch position
+                first = np.ones(len(cand), dtype=bool)
+                first[1:] = cp[order[1:]] != cp[order[:-1]]
+                win = cand[order[first]]  # one key per slot
+                wp, wi = pos[win], idx[win]
+                was_live, was_empty = live[win], empty[win]
                 dele = values[wi] < 0
                 seg.keys[wp] = keys[wi]  # keys before values: the value makes a slot live
                 seg.vals[wp] = np.where(dele[:, None], deleted_raw[None, :], encoded[wi])
                 n_dele = int(np.count_nonzero(dele))
                 seg.live += len(wi) - n_dele - int(np.count_nonzero(was_live))
                 seg.deleted += n_dele - int(np.count_nonzero(~was_empty & ~was_live))
-                taken = np.zeros(len(idx), dtype=bool)
-                taken[np.flatnonzero(cand)[won]] = True
-                finished |= taken
-            # Losers of a contest stay on their slot for the next round; others move on.
-            advance = ~cand & ~finished
+                taken[win] = True
+            # Losers of a contest stay on their slot for the next round (it is no longer
+            # empty: they will move on then); keys that met other keys move on now.
+            advance = ~taken & ~empty
             pos = np.where(advance, pos + step, pos)
             pos[pos >= cap] -= cap
-            keep = ~finished
+            keep = ~taken
             idx, pos, step, k0, k1 = idx[keep], pos[keep], step[keep], k0[keep], k1[keep]
 
     def _rebuild(self, s: int, live_hint: int) -> _Segment:
@@ -551,6 +548,20 @@ class HashIndex:
             "mean_probe_length": mean_probe,
             "memory_bytes": self.memory_bytes(),
         }
+
+
+def _latest_of_each(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The batch without earlier duplicates of a key (a later record wins), in order."""
+    kw = keys.view(_U64).reshape(-1, 2)
+    n = len(kw)
+    order = np.lexsort((np.arange(n), kw[:, 1], kw[:, 0]))  # by key, then position
+    sk = kw[order]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = (sk[1:, 0] != sk[:-1, 0]) | (sk[1:, 1] != sk[:-1, 1])
+    if last.all():
+        return keys, values
+    keep = np.sort(order[last])
+    return keys[keep], values[keep]
 
 
 def _group(segid: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
