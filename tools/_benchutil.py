@@ -7,6 +7,7 @@ a worker's "fresh interpreter" baseline is not inflated by this module.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -180,3 +181,133 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     out += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(out)
+
+
+_MEM_FIELDS = ("VmHWM:", "VmRSS:", "RssAnon:", "RssFile:")
+
+
+def _vm_status(pid: int) -> dict[str, int]:
+    """VmHWM (peak RSS), VmRSS, RssAnon and RssFile of a live process in bytes ({} once it is
+    gone or a zombie)."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(_MEM_FIELDS):
+                    name, value = line.split()[:2]
+                    out[name[:-1]] = int(value) * 1024
+    except (OSError, ValueError):
+        return {}
+    return out if "VmHWM" in out else {}
+
+
+def _child_pids(pid: int) -> list[int]:
+    """Children of ``pid``'s main thread (where ``subprocess`` forks); [] if unknown."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def run_measured(cmd: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
+                 env: dict[str, str] | None = None, timeout: float | None = None,
+                 stdout_path: str | os.PathLike[str] = os.devnull,
+                 stderr_path: str | os.PathLike[str] = os.devnull,
+                 poll: float = 0.02) -> dict[str, Any]:
+    """Run ``cmd`` in a fresh process and return its own resource use.
+
+    Peak RSS is the largest ``VmHWM`` read from ``/proc/PID/status`` every ``poll`` seconds
+    while the child runs. Not ``ru_maxrss``: Linux carries the *parent's* RSS high-water mark
+    into a child across fork (vfork) + exec, so a benchmark parent holding a 400 MB site
+    would floor every child's ``ru_maxrss`` at 400 MB (kept as ``ru_maxrss_bytes``, for
+    reference). CPU comes from ``os.wait4``, which gives this one child's rusage.
+    Descendants (e.g. a crawler started by a wrapper) are polled too and reported in
+    ``descendants`` as ``{"pid", "cmd", "peak_rss_bytes"}``. Output goes to files, never to
+    a pipe that could fill. Past ``timeout`` the child is killed (by its pid) and
+    ``timed_out`` is set. Other keys: ``returncode``, ``wall_s``, ``peak_rss_bytes``,
+    ``rss_anon_at_peak_bytes`` and ``rss_file_at_peak_bytes`` (anonymous memory and mapped
+    files, read when the polled RSS was highest), ``cpu_s``, ``utime_s``, ``stime_s``.
+    """
+    peaks: dict[int, int] = {}
+    cmds: dict[int, str] = {}
+    at_peak: dict[str, int] = {}  # the child's RSS split when its RSS was highest
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        started = time.monotonic()
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=out, stderr=err)
+        timed_out = False
+        try:
+            while True:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                todo = [proc.pid]
+                while todo:
+                    p = todo.pop()
+                    vm = _vm_status(p)
+                    if vm:
+                        peaks[p] = max(peaks.get(p, 0), vm["VmHWM"])
+                        if p not in cmds:
+                            cmds[p] = _cmdline(p)
+                        if p == proc.pid and vm.get("VmRSS", 0) >= at_peak.get("VmRSS", 0):
+                            at_peak = vm
+                    todo += _child_pids(p)
+                if timeout is not None and time.monotonic() - started > timeout and not timed_out:
+                    timed_out = True
+                    proc.kill()
+                time.sleep(poll)
+        except BaseException:  # Ctrl-C or SIGTERM of the benchmark: leave no crawler behind
+            proc.kill()
+            proc.wait()
+            raise
+        wall = time.monotonic() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped: Popen must not wait again
+    maxrss = usage.ru_maxrss if sys.platform == "darwin" else usage.ru_maxrss * 1024
+    return {
+        "returncode": proc.returncode,
+        "timed_out": timed_out,
+        "wall_s": round(wall, 3),
+        "peak_rss_bytes": peaks.get(proc.pid, maxrss),
+        "ru_maxrss_bytes": maxrss,
+        "rss_anon_at_peak_bytes": at_peak.get("RssAnon"),
+        "rss_file_at_peak_bytes": at_peak.get("RssFile"),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+        "utime_s": round(usage.ru_utime, 3),
+        "stime_s": round(usage.ru_stime, 3),
+        "descendants": [{"pid": p, "cmd": cmds.get(p, ""), "peak_rss_bytes": v}
+                        for p, v in peaks.items() if p != proc.pid],
+    }
+
+
+def loadavg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (the machine is shared: record them with results)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def git_revision(repo: str | os.PathLike[str]) -> dict[str, Any]:
+    """The commit under test and whether the code differs from it (read-only git calls).
+
+    Runs are fresh processes that import whatever is on disk, so a long benchmark on a tree
+    that others are editing should record this at its start and end."""
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              check=False)
+        return proc.stdout.rstrip("\n") if proc.returncode == 0 else ""
+
+    status = git("status", "--porcelain", "--untracked-files=no", "--", "crawler", "kvstore")
+    diff = git("diff", "HEAD", "--", "crawler", "kvstore")
+    return {"commit": git("rev-parse", "HEAD") or None,
+            "dirty": sorted(line[3:] for line in status.splitlines()),
+            "diff_sha1": hashlib.sha1(diff.encode()).hexdigest() if diff else None}

@@ -1,0 +1,137 @@
+"""The benchmark tools run end to end at a tiny size and write the JSON their docstrings document.
+
+Speed is never asserted here (that is what the tools are for); what is asserted is
+that each tool measures what it says: the frontier simulation keeps every admitted
+URL (done + pending), and both crawlers fetch the whole oracle of a tiny nginx-served
+site. The Scrapy part runs only when the benchmark venv exists (``bench_crawl.py``
+creates it on first use; the test never installs anything).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRAPY_VENV = Path.home() / ".cache" / "kvcrawl-bench" / "scrapy-venv"
+TOOL_TIMEOUT = 120  # seconds for one tool run; they take a few seconds here
+
+
+def _run(args: list[str], tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, *args, "--workdir", str(tmp_path), "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TOOL_TIMEOUT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout, json.loads(out.read_text())
+
+
+def test_bench_frontier_keeps_every_admitted_url(tmp_path: Path) -> None:
+    stdout, res = _run(
+        [
+            "tools/bench_frontier.py",
+            "--urls",
+            "20000",
+            "--checkpoints",
+            "5000,20000",
+            "--hosts",
+            "1000",
+            "--batch",
+            "200",
+            "--repeat",
+            "1",
+        ],
+        tmp_path,
+    )
+    assert set(res) >= {"machine", "config", "runs", "checkpoints", "projection"}
+    points = res["checkpoints"]
+    assert [p["urls"] >= mark for p, mark in zip(points, (5000, 20000), strict=True)] == [
+        True,
+        True,
+    ]
+    for p in points:
+        # After each commit nothing is in flight: every admitted URL is done or pending.
+        assert p["done"] + p["pending"] == p["urls"]
+        assert p["done"] > 0 and p["admit_per_s"] > 0 and p["claim_per_s"] > 0
+        assert p["disk_bytes"] > 0 and p["rss_bytes"] > p["base_rss_bytes"] > 0
+    proj = res["projection"]
+    assert proj["urls"] == 280_000_000 and proj["disk_bytes_per_url"] > 0
+    assert "| URLs so far |" in stdout and "admit/s" in stdout
+    assert not list(tmp_path.glob("frontier-*"))  # the data directory was removed
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (CI installs it)")
+def test_bench_crawl_fetches_the_oracle_and_reports(tmp_path: Path) -> None:
+    crawlers = "ours,scrapy" if (SCRAPY_VENV / "bin" / "python").exists() else "ours"
+    stdout, res = _run(
+        [
+            "tools/bench_crawl.py",
+            "--pages",
+            "120",
+            "--hosts",
+            "3",
+            "--concurrency",
+            "4",
+            "--repeat",
+            "1",
+            "--crawlers",
+            crawlers,
+            "--no-install",
+            "--flatness-points",
+            "40,120",
+            "--threads-test",
+            "--tt-threads",
+            "40",
+            "--tt-pages",
+            "80",
+            "--tt-hosts",
+            "8",
+            "--tt-slow",
+            "0.2",
+            "--tt-max-pages",
+            "40",
+        ],
+        tmp_path,
+    )
+    assert set(res) >= {
+        "machine",
+        "config",
+        "oracle",
+        "runs",
+        "summary",
+        "ratios",
+        "flatness",
+        "threads_test",
+        "profile",
+    }
+    oracle = res["oracle"]["fetched"]
+    assert oracle > 120  # pages plus 404s, redirects and query variants
+    by = {s["crawler"]: s for s in res["summary"] if s["max_pages"] is None}
+    assert set(by) == set(crawlers.split(","))
+    ours = by["ours"]
+    assert ours["fetched"] == oracle and ours["oracle_share"] == 1.0
+    assert (
+        ours["pages_per_s"] > 0 and ours["peak_rss_bytes"] > 10 << 20 and ours["cpu_s_per_page"] > 0
+    )
+    if "scrapy" in by:
+        assert by["scrapy"]["oracle_share"] == 1.0
+        assert [r["concurrency"] for r in res["ratios"]] == [4]
+    flat = res["flatness"]
+    assert [p["max_pages"] for p in flat["points"]] == [40, 120]
+    assert flat["points"][0]["fetched"] == 40 and flat["ratio"] > 0
+    tt = res["threads_test"]
+    assert tt["threads"] == 40 and tt["fetched"] >= 40 and tt["peak_rss_bytes"] > 0
+    assert tt["ideal_pages_per_s"] <= 40 / 0.2
+    assert "| crawler | concurrency |" in stdout and "RSS(120) / RSS(40)" in stdout
+    assert not list(tmp_path.glob("crawl-work-*"))  # site and crawl directories removed
