@@ -106,12 +106,14 @@ class TestAgainstGraphBFS:
             {u.split("/")[2] for u in res.fetched}
 
 
-class TestSemantics:
-    @pytest.fixture(scope="class")
-    def site(self) -> Site:
-        return Site(Graph(SiteConfig(pages=80, hosts=3, seed=5)), hostile(**FAST),
-                    http_port=8080, https_port=8443)
+@pytest.fixture(scope="module")
+def site() -> Site:
+    """One hostile site shared by TestSemantics (building it is the slow part)."""
+    return Site(Graph(SiteConfig(pages=80, hosts=3, seed=5)), hostile(**FAST),
+                http_port=8080, https_port=8443)
 
+
+class TestSemantics:
     def test_seed_only_at_depth_zero(self, site: Site) -> None:
         res = Oracle(site).crawl(max_depth=0)
         assert res.fetched == {site.seed_url}

@@ -54,12 +54,14 @@ class TestMatcher:
         parse(data.decode("latin-1")).allowed("/x")
 
 
-class TestSiteRobots:
-    @pytest.fixture(scope="class")
-    def site(self) -> Site:
-        return Site(Graph(SiteConfig(pages=100, hosts=8, crawl_delay=0.5)),
-                    http_port=8080, https_port=8443)
+@pytest.fixture(scope="module")
+def site() -> Site:
+    """One site shared by TestSiteRobots."""
+    return Site(Graph(SiteConfig(pages=100, hosts=8, crawl_delay=0.5)),
+                http_port=8080, https_port=8443)
 
+
+class TestSiteRobots:
     def test_four_styles(self, site: Site) -> None:
         h0 = site.robots_rules("h0.test")
         assert not h0.allowed("/s2/p2.html") and h0.allowed("/s2/p17.html")
