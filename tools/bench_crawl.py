@@ -73,7 +73,7 @@ except ModuleNotFoundError:  # run as a script: make the repository root importa
     from tools import _benchutil as bu
 
 import kvstore
-from crawler.pages import decode_page
+from crawler.state.pages import decode_page
 from tools.measure_crawl import crawl_command
 from tools.testweb.dnsserver import DNSServer
 from tools.testweb.export import export

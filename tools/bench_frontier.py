@@ -9,7 +9,7 @@ Usage (from the repository root):
     python tools/bench_frontier.py --urls 1000000 --repeat 1 --profile   # where the time goes
 
 Method. Each run is a fresh process (this script with ``--worker``) that drives
-``crawler.frontier.Frontier`` exactly as the engine does: ``add_seeds`` + ``commit``, then
+``crawler.state.frontier.Frontier`` exactly as the engine does: ``add_seeds`` + ``commit``, then
 rounds of ``claim`` (random unclaimed bulks of ~25 URLs) until ``--batch`` URLs are
 claimed, one ``submit(Outcome)`` per claimed URL, one ``commit``. Every completed URL stores
 a small page record (``encode_page`` of a body-less 200 record, ~150 bytes: the frontier's
@@ -71,9 +71,9 @@ def default_checkpoints(urls: int) -> list[int]:
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
-    from crawler.frontier import Claimed, Frontier, Outcome
-    from crawler.pages import PageRecord, Pending, encode_page
-    from crawler.urls import url_key
+    from crawler.state.frontier import Claimed, Frontier, Outcome
+    from crawler.state.pages import PageRecord, Pending, encode_page
+    from crawler.web.urls import url_key
 
     hosts = args.hosts
     rng = random.Random(args.seed)

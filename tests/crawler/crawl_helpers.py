@@ -9,8 +9,8 @@ from typing import Any
 
 import kvstore
 from crawler.config import CrawlerConfig
-from crawler.engine import Engine
-from crawler.pages import PageRecord, decode_page
+from crawler.run.engine import Engine
+from crawler.state.pages import PageRecord, decode_page
 from tools.measure_crawl import crawl_command
 from tools.testweb import TestWeb
 
@@ -93,7 +93,7 @@ def start_cli(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
 
 def record(data_dir: Path, url: str) -> PageRecord:
     """The page record of one URL, body included (KeyError if the URL was never recorded)."""
-    from crawler.urls import url_key
+    from crawler.web.urls import url_key
 
     with kvstore.open(data_dir / "main", readonly=True) as main:
         return decode_page(main[url_key(url)])
@@ -101,7 +101,7 @@ def record(data_dir: Path, url: str) -> PageRecord:
 
 def status_json(data_dir: Path) -> dict[str, Any]:
     """The status.json a crawl left in its data directory."""
-    from crawler.status import read_status
+    from crawler.run.status import read_status
 
     snap = read_status(str(data_dir))
     assert snap is not None, f"no status.json in {data_dir}"

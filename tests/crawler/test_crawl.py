@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from crawl_helpers import fetched_urls, records, run_crawl
 
-from crawler.urls import host_key
+from crawler.web.urls import host_key
 from tools.testweb import TestWeb, fault
 
 MakeWeb = Callable[..., TestWeb]

@@ -1,4 +1,4 @@
-"""crawler.dnscache against the test DNS server on loopback (never real DNS).
+"""crawler.net.dnscache against the test DNS server on loopback (never real DNS).
 
 Every DNSCache here is given the loopback server as its only nameserver.
 Cache expiry is tested with a clock the test moves; the server's query log
@@ -16,8 +16,8 @@ import dns.message
 import dns.rrset
 import pytest
 
-from crawler.dnscache import DNSCache
 from crawler.exceptions import ConfigError, DNSError
+from crawler.net.dnscache import DNSCache
 from tools.testweb import TestWeb
 from tools.testweb.dnsserver import DNSFaults, DNSServer
 

@@ -1,4 +1,4 @@
-"""crawler.fetch against real loopback servers: the testweb (with its faults) and,
+"""crawler.net.fetch against real loopback servers: the testweb (with its faults) and,
 for answers the testweb never gives (garbage, deflate, dripped headers, a dropped
 keep-alive connection), a tiny raw-socket server defined here."""
 
@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crawler.exceptions import ConfigError, DNSError, FetchError, URLError
-from crawler.fetch import (
+from crawler.net.fetch import (
     READ_CHUNK,
     Fetcher,
     FetchResult,
@@ -28,6 +28,7 @@ from crawler.fetch import (
     parse_content_type,
     parse_retry_after,
 )
+from crawler.web.urls import normalize, parse
 from tools.testweb import fault
 from tools.testweb.harness import TestWeb
 from tools.testweb.tls import TLS
@@ -124,6 +125,22 @@ class TestPlainHTTP:
         assert ra.body != rb.body
         assert ra.body == reference_body(testweb, a) and rb.body == reference_body(testweb, b)
         assert [r.host for r in testweb.log.records(path="/")][:2] == ["h0.test", "h1.test"]
+
+    def test_a_parsed_url_is_sent_as_its_string_is(self, testweb: TestWeb,
+                                                    make_fetcher: MakeFetcher):
+        """The engine hands over a URL split once (crawler.web.urls.parse): same request."""
+        f = make_fetcher(testweb)
+        page = sorted(u for u in testweb.oracle.crawl().fetched if "//h1.test" in u)[0]
+        url = normalize(page + "?q=1")
+        by_text, by_parts = f.fetch(url), f.fetch(parse(url))
+        assert by_parts.url == by_text.url == url
+        assert (by_parts.status, by_parts.body) == (by_text.status, by_text.body)
+        sent = [(r.scheme, r.host, r.port, r.target) for r in testweb.log.records()]
+        assert sent[0] == sent[1] == ("http", "h1.test", testweb.http_port, parse(url).target)
+        f.close()
+        with pytest.raises(FetchError) as info:
+            f.fetch(parse(url))
+        assert (info.value.url, info.value.reason) == (url, "aborted")
 
     def test_error_statuses_are_results(self, make_testweb: Callable[..., TestWeb],
                                         make_fetcher: MakeFetcher):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from crawler.frontier import Claimed, Frontier, Outcome
-from crawler.pages import PageRecord, Pending, decode_page, encode_page
-from crawler.urls import url_key
+from crawler.state.frontier import Claimed, Frontier, Outcome
+from crawler.state.pages import PageRecord, Pending, decode_page, encode_page
+from crawler.web.urls import url_key
 
 
 def u(i: int) -> str:

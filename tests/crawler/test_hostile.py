@@ -30,10 +30,10 @@ from crawl_helpers import (
     tries,
 )
 
-from crawler.engine import Engine
-from crawler.pages import PageRecord
-from crawler.politeness import Scheduler
-from crawler.robots import DEFAULT_MAX_ROBOTS_BYTES, robots_key
+from crawler.run.engine import Engine
+from crawler.run.politeness import Scheduler
+from crawler.state.pages import PageRecord
+from crawler.web.robots import DEFAULT_MAX_ROBOTS_BYTES, robots_key
 from tools.testweb import CrawlResult, SiteConfig, TestWeb, fault
 
 MakeWeb = Callable[..., TestWeb]

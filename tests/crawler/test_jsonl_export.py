@@ -15,8 +15,8 @@ from crawl_helpers import run_crawl
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler.cli import main
-from crawler.listing import CrawlReader, visible_text
-from crawler.pages import PageRecord
+from crawler.read.listing import CrawlReader, visible_text
+from crawler.state.pages import PageRecord
 from tools.testweb import SiteConfig, TestWeb, fault
 
 FIELDS = {"url", "final_url", "status", "reason", "content_type", "fetched_at", "ip", "depth",

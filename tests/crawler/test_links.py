@@ -1,4 +1,4 @@
-"""crawler.links: every extraction rule on small hand-written pages, robustness on hostile
+"""crawler.web.links: every extraction rule on small hand-written pages, robustness on hostile
 bodies (deep nesting on a 256 KiB thread stack, 10 MB, NULs, junk), and extraction from
 real testweb pages checked against the site's own link graph (the oracle's Node.links)."""
 
@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from crawler import links as links_mod
 from crawler.exceptions import URLError
-from crawler.links import (
+from crawler.web import links as links_mod
+from crawler.web.links import (
     PageLinks,
     extract,
     is_html,
     robots_directives,
     sniff_charset,
 )
-from crawler.urls import normalize
+from crawler.web.urls import normalize
 from tools.testweb import TestWeb, fault
 from tools.testweb.urls import split
 

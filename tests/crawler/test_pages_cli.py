@@ -13,9 +13,9 @@ from crawl_helpers import REPO, run_crawl
 
 import kvstore
 from crawler.cli import main
-from crawler.listing import CrawlReader
-from crawler.pages import PageRecord, encode_page
-from crawler.urls import url_key
+from crawler.read.listing import CrawlReader
+from crawler.state.pages import PageRecord, encode_page
+from crawler.web.urls import url_key
 from tools.testweb import SiteConfig, TestWeb, fault
 
 PNG = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(range(256))

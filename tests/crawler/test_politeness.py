@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from crawler.politeness import Scheduler
+from crawler.run.politeness import Scheduler
 
 
 class Clock:

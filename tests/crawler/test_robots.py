@@ -1,8 +1,9 @@
-"""crawler.robots: RFC 9309 cases written from the RFC, the cache, and the test web's robots.txt.
+"""crawler.web.robots: RFC 9309 cases written from the RFC; crawler.run.robotscache; the test
+web's robots.txt.
 
 Each ``TestRFC9309...`` case cites the section it comes from. The four cases
 that were strict xfails while robots.txt was matched by protego now pass
-(crawler._robotstxt follows the RFC there); the full table is in
+(crawler.web._robotstxt follows the RFC there); the full table is in
 test_robots_rfc9309.py.
 """
 
@@ -16,12 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawler.exceptions import ConfigError
-from crawler.robots import (
+from crawler.run.robotscache import RobotsCache
+from crawler.web.robots import (
     DEFAULT_MAX_ROBOTS_BYTES,
     DEFAULT_ROBOTS_RETRY,
     DEFAULT_ROBOTS_TTL,
     DEFAULT_UNREACHABLE_LIMIT,
-    RobotsCache,
     RobotsRules,
     product_token,
     robots_key,

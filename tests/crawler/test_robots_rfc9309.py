@@ -1,8 +1,8 @@
-"""crawler.robots against a table written from RFC 9309.
+"""crawler.web.robots against a table written from RFC 9309.
 
 Rows are (robots.txt, URL path, allowed?) for our user agent, grouped by the
 RFC section they come from; the rule numbers in comments are those of the
-rules list in crawler/robots.py's docstring (our choices where the RFC is
+rules list in crawler/web/robots.py's docstring (our choices where the RFC is
 silent or loose). Then the size cap (§2.5), the fetch-status decision table
 (§2.3.1), and a cross-check against protego where protego follows the RFC.
 """
@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from protego import Protego
 
-from crawler.robots import DEFAULT_MAX_ROBOTS_BYTES, RobotsRules
+from crawler.web.robots import DEFAULT_MAX_ROBOTS_BYTES, RobotsRules
+from crawler.web.urls import normalize, parse
 
 UA = "KVCrawl/2.1 (+http://127.0.0.1/bot)"
 NOW = 5_000_000.0
@@ -214,6 +215,8 @@ def test_rfc9309_table(body: str | bytes, path: str, allowed: bool) -> None:
     assert r.can_fetch(SITE + path) is allowed
     assert r.can_fetch(path) is allowed  # a bare path+query answers the same
     assert r.can_fetch(SITE + path + "#fragment") is allowed
+    n = normalize(SITE + path, max_length=1 << 20)  # the engine asks with the URL it split once
+    assert r.can_fetch(parse(n)) is r.can_fetch(n)
 
 
 @pytest.mark.parametrize("user_agent", ["other/1.0", "Other", "o"])

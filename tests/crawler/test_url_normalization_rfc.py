@@ -1,4 +1,4 @@
-"""crawler.urls against a table written from RFC 3986 and the WHATWG URL Standard.
+"""crawler.web.urls against a table written from RFC 3986 and the WHATWG URL Standard.
 
 Our own cases (not a copied suite): section 5.2/5.4 reference resolution with
 the normal and abnormal examples' ideas against our own base, section 6.2.2
@@ -6,7 +6,7 @@ syntax-based and 6.2.3 scheme-based normalization, and the things a browser
 does that the RFC does not. Each row is (input, base, expected), where
 expected is the normalized URL or ``Reject(reason)``: a
 :class:`~crawler.exceptions.URLError` with that reason. The rule numbers in
-the comments are those of the rules list in crawler/urls.py's docstring.
+the comments are those of the rules list in crawler/web/urls.py's docstring.
 Then hypothesis properties: idempotence, equivalent spellings share one key,
 and the fast path agrees with the general one.
 """
@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawler.exceptions import URLError
-from crawler.urls import DEFAULT_MAX_URL_LENGTH, _normalize, normalize, url_key
+from crawler.web.urls import DEFAULT_MAX_URL_LENGTH, _normalize, normalize, url_key
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""crawler.urls: normalization table (RFC 3986 section 5.4 / 6.2 and WHATWG-style cases of
+"""crawler.web.urls: normalization table (RFC 3986 section 5.4 / 6.2 and WHATWG-style cases of
 our own), rejections by reason, keys and origin helpers, and hypothesis properties."""
 
 from __future__ import annotations
@@ -13,12 +13,17 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from crawler.exceptions import CrawlerError, URLError
-from crawler.urls import (
+from crawler.net.fetch import _request_of
+from crawler.web._robotstxt import canon, target
+from crawler.web.robots import robots_key, robots_url
+from crawler.web.urls import (
     DEFAULT_MAX_URL_LENGTH,
+    URL,
     host_key,
     host_of,
     normalize,
     origin,
+    parse,
     url_key,
 )
 
@@ -316,6 +321,43 @@ class TestKeysAndOrigin:
             host_of("e.com/x")
 
 
+class TestParse:
+    """parse(): a normalized URL split once; its parts are what every step used to re-split."""
+
+    @pytest.mark.parametrize(("url", "want", "netloc"), [
+        ("http://e.com/x", ("http", "e.com", 80, "/x"), "e.com"),
+        ("https://e.com/", ("https", "e.com", 443, "/"), "e.com"),
+        ("http://e.com:8080/x?y=1&z", ("http", "e.com", 8080, "/x?y=1&z"), "e.com:8080"),
+        ("https://[::1]/", ("https", "[::1]", 443, "/"), "[::1]"),
+        ("http://[2001:db8::1]:81/a", ("http", "[2001:db8::1]", 81, "/a"), "[2001:db8::1]:81"),
+        ("http://127.0.0.1:9/", ("http", "127.0.0.1", 9, "/"), "127.0.0.1:9"),
+    ])
+    def test_parts(self, url: str, want: tuple[str, str, int, str], netloc: str) -> None:
+        u = parse(url)
+        assert u == URL(url, *want)
+        assert u.origin == origin(url) == want[:3]
+        assert u.netloc == netloc
+        assert u.host_key == host_key(want[1])
+        assert u.robots_key == f"{want[0]}://{want[1]}:{want[2]}"
+        assert u.robots_url == f"{want[0]}://{netloc}/robots.txt"
+
+    def test_a_string_without_a_scheme_raises(self) -> None:
+        for bad in ("/just/a/path", "e.com/x", "://e.com/"):
+            with pytest.raises(URLError) as info:
+                parse(bad)
+            assert info.value.reason == "relative"
+
+    def test_a_port_that_is_no_number_raises_urlerror(self) -> None:
+        with pytest.raises(URLError) as info:
+            parse("http://e.com:x/")
+        assert info.value.reason == "port"
+
+    def test_is_immutable(self) -> None:
+        u = parse("http://e.com/")
+        with pytest.raises(AttributeError):
+            u.host = "f.com"  # type: ignore[misc]
+
+
 class TestThreads:
     def test_many_threads_small_stacks_agree(self) -> None:
         urls = [f"HTTP://H{i % 7}.Test:80/a/../p{i}.html?x={i}#f" for i in range(2000)]
@@ -430,3 +472,23 @@ class TestProperties:
         escaped = "".join(f"%{ord(c):02x}" for c in path)
         variant = f"HTTP://{host.upper()}:80/{escaped}#x"
         assert url_key(normalize(variant)) == url_key(plain)
+
+    @settings(max_examples=300, deadline=None)
+    @given(_any, _absolute)
+    def test_parse_gives_what_each_step_used_to_split(self, ref: str, base: str) -> None:
+        """One split serves them all: the scheduler's host, the robots cache's key and
+        rules target, the robots.txt URL, and the fetcher's request line and Host header."""
+        nbase = _try(base)
+        assume(nbase is not None)
+        out = _try(ref, nbase)
+        assume(out is not None)
+        u = parse(out)
+        assert u.url == out
+        assert u.origin == origin(out)
+        assert u.host == host_of(out)
+        assert u.robots_key == robots_key(out)
+        assert u.robots_url == robots_url(out)
+        assert canon(u.target) == target(out)
+        sent = _request_of(out)  # what Fetcher.fetch(str) sends
+        assert u == sent
+        assert u.netloc == sent.netloc == urlsplit(out).netloc

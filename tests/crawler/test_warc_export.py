@@ -23,11 +23,11 @@ from warcio.archiveiterator import ArchiveIterator
 
 import kvstore
 from crawler.cli import main
-from crawler.export import request_headers
-from crawler.fetch import Fetcher
-from crawler.listing import CrawlReader, iso_time
-from crawler.pages import PageRecord, encode_page
-from crawler.urls import url_key
+from crawler.net.fetch import Fetcher
+from crawler.read.export import request_headers
+from crawler.read.listing import CrawlReader, iso_time
+from crawler.state.pages import PageRecord, encode_page
+from crawler.web.urls import url_key
 from tools.testweb import SiteConfig, TestWeb, fault
 
 REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
@@ -253,11 +253,11 @@ def test_split_by_size_gives_whole_files_with_whole_pairs(
 def test_progress_lines_and_summary(
     crawl: tuple[TestWeb, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="crawler.export")
+    caplog.set_level(logging.INFO, logger="crawler.read.export")
     out = tmp_path / "p.warc"
     assert main(["export", str(crawl[1]), "--warc", str(out), "--progress-interval", "0"]) == 0
     n = len(records(crawl[1]))
-    messages = [r.getMessage() for r in caplog.records if r.name == "crawler.export"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "crawler.read.export"]
     assert sum(m.startswith("export: ") for m in messages) == n
     assert f"export: {n} of {n} pages (100%)" in messages[-2]
     summary = messages[-1]

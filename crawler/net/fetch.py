@@ -5,7 +5,7 @@ Theory of operation
 ``Fetcher.fetch(url)`` resolves the host with ``resolve`` (the crawler's DNS
 cache; its DNSError propagates unchanged) and sends one GET over an
 ``http.client`` connection whose socket is opened to the resolved IP
-(crawler.connections: TCP, then TLS with the host name as SNI and for the
+(crawler.net.connections: TCP, then TLS with the host name as SNI and for the
 certificate check; the name also goes into the Host header). Kept-alive
 connections are reused per origin; a reused one that the server had just
 closed is retried once on a fresh connection. requests/urllib3 are not in
@@ -17,7 +17,7 @@ Bounds, per fetch:
   (CPython bounds a handshake by the socket timeout in total); both are also
   capped by the time left. ``read_timeout``: each socket read.
 - ``total_timeout``, connect to last byte (DNS is the resolver's business),
-  enforced by crawler.watchdog, which shuts the fetch's socket down at the
+  enforced by crawler.net.watchdog, which shuts the fetch's socket down at the
   deadline (a server dripping a byte every 100 ms never trips a read
   timeout); the fetch then raises ``FetchError(url, "total_timeout")`` and
   the connection is dropped.
@@ -58,8 +58,9 @@ from urllib.parse import urljoin, urlsplit
 
 from requests.utils import DEFAULT_CA_BUNDLE_PATH
 
+from ..exceptions import ConfigError, FetchError, URLError
+from ..web.urls import DEFAULT_PORTS, URL
 from .connections import (
-    DEFAULT_PORTS,
     Connection,
     ConnectionPool,
     Origin,
@@ -67,7 +68,6 @@ from .connections import (
     make_connection,
     wrap_tls,
 )
-from .exceptions import ConfigError, FetchError, URLError
 from .watchdog import Watch, Watchdog
 
 log = logging.getLogger(__name__)
@@ -184,15 +184,9 @@ def _detail(exc: BaseException) -> str:
     return repr(exc)[:200]
 
 
-@dataclass(frozen=True, slots=True)
-class _Request:
-    origin: Origin
-    target: str  # path and query, as sent
-    host_header: str
-
-
-def _request_of(url: str) -> _Request:
-    """Split an http(s) URL for sending; URLError if it cannot be sent as it is."""
+def _request_of(url: str) -> URL:
+    """Split an http(s) URL string for sending; URLError if it cannot be sent as it is.
+    (A parsed URL from crawler.web.urls.parse is sent as it is.)"""
     try:
         parts = urlsplit(url)
         host, port = parts.hostname, parts.port
@@ -207,8 +201,7 @@ def _request_of(url: str) -> _Request:
         host = f"[{host}]"  # an IPv6 literal, as it goes into the Host header
     port = port or DEFAULT_PORTS[scheme]
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    hh = host if port == DEFAULT_PORTS[scheme] else f"{host}:{port}"
-    return _Request((scheme, host, port), target, hh)
+    return URL(url, scheme, host, port, target)
 
 
 def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
@@ -286,17 +279,22 @@ class Fetcher:
         self._pool = ConnectionPool(origins=pool_connections, per_origin=pool_maxsize)
         self._closed = False
 
-    def fetch(self, url: str) -> FetchResult:
-        """GET ``url`` (http/https). Raises DNSError (from ``resolve``), FetchError or
-        URLError; any HTTP status is a FetchResult. Thread-safe."""
+    def fetch(self, url: str | URL) -> FetchResult:
+        """GET ``url`` (http/https): a string, or a URL parsed from a normalized one
+        (:func:`crawler.web.urls.parse`), which is not split or checked again.
+        Raises DNSError (from ``resolve``), FetchError or URLError; any HTTP
+        status is a FetchResult. Thread-safe."""
         started, t0 = time.time(), time.monotonic()
+        request = url if isinstance(url, URL) else None
+        text = url.url if isinstance(url, URL) else url
         if self._closed:
-            raise FetchError(url, "aborted", "the fetcher is closed")
-        request = _request_of(url)
-        ip = self._resolve(request.origin[1].strip("[]"))
+            raise FetchError(text, "aborted", "the fetcher is closed")
+        if request is None:
+            request = _request_of(text)
+        ip = self._resolve(request.host.strip("[]"))
         w = self._dog.start(self._total)
         try:
-            return self._exchange(url, request, ip, w, started, t0)
+            return self._exchange(text, request, ip, w, started, t0)
         finally:
             self._dog.finish(w)
 
@@ -324,9 +322,9 @@ class Fetcher:
             return FetchError(url, "total_timeout", f"over {self._total:g} s")
         return FetchError(url, _classify(exc, phase), _detail(exc))
 
-    def _open(self, url: str, req: _Request, ip: str, w: Watch) -> Connection:
+    def _open(self, url: str, req: URL, origin: Origin, ip: str, w: Watch) -> Connection:
         """A new connection to ``ip`` for ``req``'s origin, TLS done, attached to ``w``."""
-        scheme, host, port = req.origin
+        scheme, host, port = origin
         try:
             sock = connect_tcp(ip, port, max(min(self._connect_timeout, w.remaining()), 0.001))
         except OSError as exc:
@@ -340,22 +338,22 @@ class Fetcher:
                 raise self._fail(url, w, exc, "tls") from exc
             self._dog.attach(w, sock)
         sock.settimeout(self._read_timeout)
-        return make_connection(req.origin, sock, ip)
+        return make_connection(origin, sock, ip)
 
-    def _send(self, url: str, req: _Request, ip: str,
+    def _send(self, url: str, req: URL, origin: Origin, ip: str,
               w: Watch) -> tuple[Connection, http.client.HTTPResponse]:
         """Send the GET and read the status line and headers."""
         for attempt in (1, 2):
-            conn = self._pool.take(req.origin) if attempt == 1 else None
+            conn = self._pool.take(origin) if attempt == 1 else None
             reused = conn is not None
             if conn is None:
-                conn = self._open(url, req, ip, w)
+                conn = self._open(url, req, origin, ip, w)
             elif conn.sock is not None:
                 self._dog.attach(w, conn.sock)
             try:
                 h = conn.http
                 h.putrequest("GET", req.target, skip_host=True, skip_accept_encoding=True)
-                h.putheader("Host", req.host_header)
+                h.putheader("Host", req.netloc)
                 for name, value in self._headers:
                     h.putheader(name, value)
                 h.endheaders()
@@ -384,9 +382,10 @@ class Fetcher:
         else:
             self._pool.give(origin, conn)
 
-    def _exchange(self, url: str, req: _Request, ip: str, w: Watch,
+    def _exchange(self, url: str, req: URL, ip: str, w: Watch,
                   started: float, t0: float) -> FetchResult:
-        conn, resp = self._send(url, req, ip, w)
+        origin = req.origin
+        conn, resp = self._send(url, req, origin, ip, w)
         try:
             body, wire, reason = self._read_body(resp, resp.getheader("content-encoding"))
         except (http.client.HTTPException, OSError, zlib.error, ValueError) as exc:
@@ -395,7 +394,7 @@ class Fetcher:
         if w.killed and reason is None:  # the body may have been cut by the watchdog
             self._discard(conn, w)
             raise self._fail(url, w, TimeoutError(), "body")
-        self._release(req.origin, conn, w, reusable=reason is None and not resp.will_close)
+        self._release(origin, conn, w, reusable=reason is None and not resp.will_close)
         msg = resp.msg
         headers = {}
         for name in KEPT_HEADERS:

@@ -45,7 +45,7 @@ import dns.resolver
 
 from kvstore import KeyIntMap, md5_key
 
-from .exceptions import ConfigError, DNSError
+from ..exceptions import ConfigError, DNSError
 
 __all__ = [
     "DEFAULT_CAPACITY",

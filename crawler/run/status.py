@@ -143,7 +143,7 @@ class Reporter:
             "in_flight": counts["in_flight"],
             "waiting": e.scheduler.waiting,
             "hosts": e.scheduler.hosts(),
-            "bad_hosts": len(e._bad),
+            "bad_hosts": len(e.bad_hosts),
             "outcomes": errors,
             "classes": by_class(errors),
             "mb": round(e.bytes / 1e6, 1),

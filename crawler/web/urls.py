@@ -65,31 +65,37 @@ anything else (escapes, non-ASCII, whitespace, backslashes, uppercase or
 other schemes) takes the general path. Both give the same answer (a property
 test checks it).
 
+Parse once: :func:`parse` splits a normalized URL into a :class:`URL`
+(scheme, host, port, path+query, and the origin, Host header and keys
+derived from them) by slicing. The engine makes one per claimed URL and
+hands it on, so no later step splits the string again.
+
+Host names and IP literals (rules 6 and 7) are parsed in
+:mod:`crawler.web._hosts`.
+
 Thread safety: every function is pure; the small ``functools.lru_cache``
 tables (authorities, bases) are thread-safe.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from functools import lru_cache
 from hashlib import md5 as _md5
-from urllib.parse import unquote
+from typing import NamedTuple
 
-import idna
-
-from kvstore import md5_key
-
-from .exceptions import URLError
+from ..exceptions import URLError
+from ._hosts import Bad, parse_host, parse_ipv6
 
 __all__ = [
     "DEFAULT_MAX_URL_LENGTH",
     "DEFAULT_PORTS",
+    "URL",
     "host_key",
     "host_of",
     "normalize",
     "origin",
+    "parse",
     "url_key",
 ]
 
@@ -98,6 +104,7 @@ __all__ = [
 # session-id or calendar trap.
 DEFAULT_MAX_URL_LENGTH = 2083
 DEFAULT_PORTS = {"http": 80, "https": 443}
+_SCHEMES = {scheme: scheme for scheme in DEFAULT_PORTS}
 # Raw input longer than this many times max_length is refused before any
 # work: resolution can shrink a URL, but not by that much in practice.
 _INPUT_SLACK = 4
@@ -121,18 +128,6 @@ _QUERY_FIX = re.compile(f"%([0-9A-Fa-f]{{2}})?|[^{_QUERY_SET}%]+")
 # non-ASCII: only characters that stand for themselves, and "#".
 _unclean = re.compile(f"[^{_QUERY_SET}#]").search
 
-_LABEL = re.compile(r"[a-z0-9_\-]{1,63}")
-_HEX_NUMBER = re.compile(r"0x[0-9a-f]*")  # WHATWG: a last label like this makes an IPv4 host
-_MAX_HOST = 253  # DNS: 255 octets on the wire, 253 characters written
-
-
-class _Bad(Exception):
-    """Internal: a rejection reason, turned into URLError with the caller's URL."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
 
 def normalize(
     url: str, base: str | None = None, *, max_length: int = DEFAULT_MAX_URL_LENGTH
@@ -146,7 +141,7 @@ def normalize(
     if _unclean(url) is None and len(url) <= max_length * _INPUT_SLACK:
         try:
             out = _fast(url, base)
-        except _Bad as exc:
+        except Bad as exc:
             raise URLError(url, exc.reason) from None
         if out is not None:
             if len(out) > max_length:
@@ -164,7 +159,7 @@ def _normalize(url: str, base: str | None, max_length: int) -> str:
         raise URLError(url, "too_long")
     try:
         out = _resolve(s, base)
-    except _Bad as exc:
+    except Bad as exc:
         raise URLError(url, exc.reason) from None
     if len(out) > max_length:
         raise URLError(url, "too_long")
@@ -177,13 +172,13 @@ def _resolve(s: str, base: str | None) -> str:
     if m is not None:
         scheme = m.group(1).lower()
         if scheme not in DEFAULT_PORTS:
-            raise _Bad("scheme")
+            raise Bad("scheme")
         head, query = _split_ref(s[m.end() :])
         if b is None or b[0] != scheme or head.startswith("//"):
             return _assemble(scheme, head.lstrip("/"), query)
         # Same scheme as the base and no authority: a relative reference.
     elif b is None:
-        raise _Bad("relative")
+        raise Bad("relative")
     else:
         head, query = _split_ref(s)
     scheme, netloc, bpath, bquery = b
@@ -202,7 +197,7 @@ def _resolve(s: str, base: str | None) -> str:
 
 def _fast(ref: str, base: str | None) -> str | None:
     """:func:`normalize` of a clean ASCII reference, or None when it needs the
-    general path. Raises _Bad or URLError as that path would."""
+    general path. Raises Bad or URLError as that path would."""
     cut = ref.find("#")
     if cut >= 0:
         ref = ref[:cut]
@@ -331,7 +326,7 @@ def _parse_base(base: str) -> tuple[str, str, str, str | None]:
     """(scheme, netloc, path, query) of a normalized base URL."""
     try:
         canon = _resolve(base.strip(_STRIP).translate(_TAB_NL), None)
-    except _Bad as exc:
+    except Bad as exc:
         raise URLError(base, "base " + exc.reason) from None
     scheme, _, rest = canon.partition("://")
     slash = rest.index("/")
@@ -342,134 +337,29 @@ def _parse_base(base: str) -> tuple[str, str, str, str | None]:
 
 @lru_cache(maxsize=_CACHE_SIZE)
 def _authority(scheme: str, authority: str) -> str:
-    """Normalized ``host[:port]`` of a raw authority; raises _Bad."""
+    """Normalized ``host[:port]`` of a raw authority; raises Bad."""
     hostport = authority.rpartition("@")[2]  # userinfo stripped
     if hostport.startswith("["):
         end = hostport.find("]")
         if end < 0:
-            raise _Bad("host")
-        host = _ipv6(hostport[1:end])
+            raise Bad("host")
+        host = parse_ipv6(hostport[1:end])
         rest = hostport[end + 1 :]
         if rest and not rest.startswith(":"):
-            raise _Bad("host")
+            raise Bad("host")
         port_text = rest[1:]
     else:
         raw, _, port_text = hostport.partition(":")
-        host = _host(raw)
+        host = parse_host(raw)
     if port_text:
         if not port_text.isascii() or not port_text.isdigit():
-            raise _Bad("port")
+            raise Bad("port")
         port = int(port_text)
         if not 0 < port <= 65535:
-            raise _Bad("port")
+            raise Bad("port")
         if port != DEFAULT_PORTS[scheme]:
             return f"{host}:{port}"
     return host
-
-
-def _ipv6(text: str) -> str:
-    if "%" in text or not text.isascii():  # zone ids have no meaning in a shared URL
-        raise _Bad("host")
-    try:
-        return f"[{ipaddress.IPv6Address(text).compressed}]"
-    except ValueError:
-        raise _Bad("host") from None
-
-
-def _host(raw: str) -> str:
-    if "%" in raw:
-        try:
-            raw = unquote(raw, errors="strict")
-        except UnicodeDecodeError:
-            raise _Bad("host") from None
-    if raw.isascii():
-        host = raw.lower()
-        if "xn--" in host:
-            for label in host.split("."):
-                if label.startswith("xn--"):
-                    _check_alabel(label)
-    else:
-        host = _idna(raw)
-    if host.endswith("."):
-        host = host[:-1]
-    if not host or len(host) > _MAX_HOST:
-        raise _Bad("host")
-    labels = host.split(".")
-    for label in labels:
-        if not _LABEL.fullmatch(label):
-            raise _Bad("host")
-    last = labels[-1]
-    if last.isdigit() or _HEX_NUMBER.fullmatch(last):
-        return _ipv4(labels)
-    return host
-
-
-def _idna(raw: str) -> str:
-    """UTS #46 mapping (non-transitional), then A-labels for the non-ASCII labels."""
-    try:
-        mapped = idna.uts46_remap(raw, std3_rules=False, transitional=False)
-    except (idna.IDNAError, UnicodeError, ValueError):
-        raise _Bad("host") from None
-    labels = []
-    for label in mapped.split("."):
-        if not label.isascii():
-            label = _alabel(label)
-        elif label.startswith("xn--"):
-            _check_alabel(label)
-        labels.append(label)
-    return ".".join(labels)
-
-
-def _alabel(label: str) -> str:
-    """The A-label of a mapped non-ASCII label: IDNA 2008, or plain Punycode for
-    code points UTS #46 allows and IDNA 2008 does not (what browsers do)."""
-    try:
-        return idna.alabel(label).decode("ascii")
-    except idna.InvalidCodepoint:
-        pass
-    except (idna.IDNAError, UnicodeError, ValueError):
-        raise _Bad("host") from None
-    try:
-        if idna.uts46_remap(label, std3_rules=False, transitional=False) != label:
-            raise _Bad("host")  # not in mapped form (reached from an xn-- label)
-        return "xn--" + label.encode("punycode").decode("ascii")
-    except (idna.IDNAError, UnicodeError, ValueError):
-        raise _Bad("host") from None
-
-
-def _check_alabel(label: str) -> None:
-    """An ``xn--`` label must decode to a valid non-ASCII label that encodes back to it."""
-    try:
-        decoded = label[4:].encode("ascii").decode("punycode")
-    except UnicodeError:
-        raise _Bad("host") from None
-    if not decoded or decoded.isascii() or _alabel(decoded) != label:
-        raise _Bad("host")
-
-
-def _ipv4(labels: list[str]) -> str:
-    """WHATWG IPv4 parsing of a host that ends in a number (decimal, 0x hex, 0 octal)."""
-    if len(labels) > 4:
-        raise _Bad("host")
-    nums = []
-    for part in labels:
-        try:
-            if part.startswith("0x"):
-                n = int(part[2:] or "0", 16)
-            elif len(part) > 1 and part.startswith("0"):
-                n = int(part[1:], 8)
-            else:
-                n = int(part, 10)
-        except ValueError:
-            raise _Bad("host") from None
-        nums.append(n)
-    last = nums.pop()
-    if any(n > 255 for n in nums) or last >= 256 ** (4 - len(nums)):
-        raise _Bad("host")
-    value = last
-    for i, n in enumerate(nums):
-        value += n << (8 * (3 - i))
-    return str(ipaddress.IPv4Address(value))
 
 
 def url_key(normalized_url: str) -> bytes:
@@ -485,7 +375,7 @@ def host_key(host: str) -> bytes:
     scheme (robots.txt is per origin: see :func:`origin`). ``host`` is what
     :func:`host_of` returns (IPv6 literals with brackets).
     """
-    return md5_key(host.lower().encode("utf-8"))
+    return _md5(host.lower().encode("utf-8")).digest()  # kvstore.md5_key, without kvstore
 
 
 def _netloc(url: str) -> tuple[str, str]:
@@ -515,3 +405,74 @@ def host_of(url: str) -> str:
     if netloc.endswith("]") or ":" not in netloc:
         return netloc
     return netloc.rpartition(":")[0]
+
+
+class URL(NamedTuple):
+    """A normalized URL split once into the parts a fetch needs; made by :func:`parse`.
+
+    The engine parses each claimed URL once and carries this object through
+    politeness (``host``), BadHosts (``host_key``), the robots cache
+    (``robots_key``, ``target``) and the fetcher (``origin``, ``netloc``,
+    ``target``), so none of them splits the string again. Immutable; a
+    NamedTuple because one is made per fetch and waits in the scheduler
+    (about 100 bytes besides its strings). What is stored on disk is ``url``.
+    """
+
+    url: str  # the normalized string: what is hashed, stored, logged and reported
+    scheme: str  # "http" or "https"
+    host: str  # lowercase ASCII; an IPv6 literal keeps its brackets (what host_of gives)
+    port: int  # always filled in: the URL's, else the scheme's default
+    target: str  # path and query: the request target, and what robots.txt rules match
+
+    @property
+    def origin(self) -> tuple[str, str, int]:
+        """(scheme, host, port): the connection pool's key, as :func:`origin` gives."""
+        return self.scheme, self.host, self.port
+
+    @property
+    def netloc(self) -> str:
+        """``host[:port]`` as in the URL (a default port left out): the Host header."""
+        if self.port == DEFAULT_PORTS.get(self.scheme):
+            return self.host
+        return f"{self.host}:{self.port}"
+
+    @property
+    def host_key(self) -> bytes:
+        """The Host2IP / BadHosts key of the host (:func:`host_key`)."""
+        return host_key(self.host)
+
+    @property
+    def robots_key(self) -> str:
+        """``scheme://host:port``, the port always explicit: one robots.txt per origin."""
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    @property
+    def robots_url(self) -> str:
+        """The URL of the origin's robots.txt (a default port left out)."""
+        return f"{self.scheme}://{self.netloc}/robots.txt"
+
+
+def parse(url: str) -> URL:
+    """The parts of a *normalized* URL (what :func:`normalize` returns), by slicing.
+
+    Nothing is checked that normalize already made true; a string with no
+    ``scheme://`` raises URLError (reason ``relative``), a port that is not a
+    number URLError (reason ``port``). Thread-safe.
+    """
+    start = url.find("://")
+    if start <= 0:
+        raise URLError(url, "relative")
+    scheme = url[:start]
+    scheme = _SCHEMES.get(scheme, scheme)  # one shared string, not one per waiting URL
+    slash = url.find("/", start + 3)
+    if slash < 0:  # not normalize's output, which always has a path
+        netloc, target = url[start + 3 :], "/"
+    else:
+        netloc, target = url[start + 3 : slash], url[slash:]
+    if netloc.endswith("]") or ":" not in netloc:
+        return URL(url, scheme, netloc, DEFAULT_PORTS.get(scheme, 0), target)
+    host, _, port = netloc.rpartition(":")
+    try:
+        return URL(url, scheme, host, int(port), target)
+    except ValueError:
+        raise URLError(url, "port") from None

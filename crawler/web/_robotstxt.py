@@ -4,7 +4,7 @@ Theory of operation. :func:`parse` reads a decoded robots.txt once, keeps
 only the rules of the groups that apply to our product token (or of the
 ``*`` groups), and returns a :class:`Group`; :meth:`Group.allowed` answers
 for a path+query. The rules followed, and why, are the numbered list in
-:mod:`crawler.robots`' docstring (rules 1-7); this module is their code.
+:mod:`crawler.web.robots`' docstring (rules 1-7); this module is their code.
 
 Both a rule and a URL are brought to one percent-encoding form by
 :func:`canon` before they meet, so comparison is plain string work. Matching

@@ -16,7 +16,7 @@ import zlib
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
-from .exceptions import CrawlerError
+from ..exceptions import CrawlerError
 
 _MAGIC = b"KVCP"
 _VERSION = 1

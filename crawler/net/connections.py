@@ -28,8 +28,6 @@ from collections import OrderedDict
 
 Origin = tuple[str, str, int]  # (scheme, host, port)
 
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
 
 class Connection:
     """One open connection (used by one thread at a time)."""

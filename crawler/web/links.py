@@ -42,9 +42,10 @@ Theory of operation.
    non-http(s) one leaves relative links unresolvable). Anchors with
    ``rel="nofollow"`` are skipped unless ``follow_rel_nofollow`` (the same
    courtesy as meta robots nofollow; the engine can turn it on when it does
-   not obey robots). Every href goes through :func:`crawler.urls.normalize`;
-   rejects (other schemes, bad hosts, too long) are counted, duplicates
-   dropped, order kept, at most ``max_links`` links.
+   not obey robots). Every href goes through
+   :func:`crawler.web.urls.normalize`; rejects (other schemes, bad hosts, too
+   long) are counted, duplicates dropped, order kept, at most ``max_links``
+   links.
 5. *Meta robots*: ``<meta name="robots">`` (and any other name in
    ``robots_meta_names``, e.g. the crawler's own product token) with
    ``nofollow``/``noindex``/``none``. The links are returned even on a
@@ -67,7 +68,7 @@ from typing import Any
 
 from lxml import etree
 
-from .exceptions import URLError
+from ..exceptions import URLError
 from .urls import DEFAULT_MAX_URL_LENGTH, normalize
 
 __all__ = [

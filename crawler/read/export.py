@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-:func:`export` reads the crawl through a :class:`~crawler.listing.CrawlReader`
-(read-only: it works beside a running crawl and exports the records flushed
-before it started) and hands each page record to the sinks asked for,
-:class:`WarcSink` and :class:`JsonlSink`. One record is in memory at a time.
+:func:`export` reads the crawl through a
+:class:`~crawler.read.listing.CrawlReader` (read-only: it works beside a
+running crawl and exports the records flushed before it started) and hands
+each page record to the sinks asked for, :class:`WarcSink` and
+:class:`JsonlSink`. One record is in memory at a time.
 A progress line is logged every ``progress_interval`` seconds and a summary
 at the end. Each output is written under ``NAME.part`` and renamed when it is
 complete, so a file under its final name is whole; on an error the file being
@@ -18,7 +19,7 @@ WARC mapping (docs/EXPORT.md is the reference):
 - a page with an HTTP answer (any status, redirects included) gives a
   ``response`` record, or a ``revisit`` (identical-payload-digest profile)
   when a 200 payload repeats an earlier one, plus a ``request`` record
-  rebuilt from what fetch.py sends; the request names the response in
+  rebuilt from what crawler.net.fetch sends; the request names the response in
   WARC-Concurrent-To, and both carry the fetch time and the IP;
 - a URL with no answer (status 0: DNS failure, refused, robots...) gives a
   ``metadata`` record with its outcome, or nothing with ``skip_failures``;
@@ -59,17 +60,17 @@ from warcio.warcwriter import WARCWriter
 
 import kvstore
 
-from .config import DEFAULT_USER_AGENT
-from .exceptions import ConfigError
-from .fetch import DEFAULT_ACCEPT
+from ..config import DEFAULT_USER_AGENT
+from ..exceptions import ConfigError
+from ..net.fetch import DEFAULT_ACCEPT
+from ..state.pages import PageRecord
 from .listing import DEFAULT_MAX_TEXT_CHARS, CrawlReader, iso_time, visible_text
-from .pages import PageRecord
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PROGRESS_INTERVAL = 10.0  # seconds between progress lines
 WARC_VERSION = "WARC/1.1"  # 1.1: WARC-Date with microseconds
-SENT_ACCEPT_ENCODING = "gzip, deflate"  # what fetch.Fetcher asks for on every request
+SENT_ACCEPT_ENCODING = "gzip, deflate"  # what net.fetch.Fetcher asks for on every request
 _RESPONSE_ONLY = ("content-encoding", "transfer-encoding", "content-length")
 
 
@@ -136,7 +137,7 @@ def response_headers(page: PageRecord) -> StatusAndHeaders:
 
 
 def request_headers(url: str, user_agent: str) -> StatusAndHeaders:
-    """The GET that fetch.Fetcher sends for ``url`` (a normalized URL)."""
+    """The GET that net.fetch.Fetcher sends for ``url`` (a normalized URL)."""
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     headers = [("Host", parts.netloc), ("User-Agent", user_agent), ("Accept", DEFAULT_ACCEPT),

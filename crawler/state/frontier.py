@@ -45,9 +45,9 @@ import numpy as np
 
 import kvstore
 
-from .exceptions import DataDirError
+from ..exceptions import DataDirError
+from ..web.urls import url_key
 from .pages import Pending, decode_bulk, encode_bulk
-from .urls import url_key
 
 log = logging.getLogger(__name__)
 

@@ -37,35 +37,26 @@ URLs in flight.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-import kvstore
-
+from ..config import CrawlerConfig, Scope
+from ..exceptions import CrawlerError, DataDirError, DiskFullError, DNSError, FetchError, URLError
+from ..net.dnscache import DNSCache
+from ..net.fetch import Fetcher, FetchResult, parse_retry_after
+from ..state.badhosts import BadHosts
+from ..state.frontier import DISK_FULL_ERRNOS, Claimed, Frontier, Outcome
+from ..state.pages import PageRecord, Pending, encode_page
+from ..web.links import extract, is_html, robots_directives
+from ..web.robots import DEFAULT_MAX_ROBOTS_BYTES, RobotsRules, product_token
+from ..web.urls import URL, host_of, normalize, parse, url_key
 from . import status as status_mod
-from .config import CrawlerConfig, Scope
-from .dnscache import DNSCache
-from .exceptions import CrawlerError, DataDirError, DiskFullError, DNSError, FetchError, URLError
-from .fetch import Fetcher, FetchResult, parse_retry_after
-from .frontier import DISK_FULL_ERRNOS, Claimed, Frontier, Outcome
-from .links import extract, is_html, robots_directives
-from .pages import PageRecord, Pending, encode_page
 from .politeness import HostSlot, Scheduler
-from .robots import (
-    DEFAULT_MAX_ROBOTS_BYTES,
-    RobotsCache,
-    RobotsRules,
-    product_token,
-    robots_key,
-    robots_url,
-)
-from .urls import host_key, host_of, normalize, origin, url_key
+from .robotscache import RobotsCache
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +73,13 @@ _TRANSIENT = {"read_timeout", "total_timeout", "reset", "protocol"}
 _ROBOTS_FETCH_BYTES = DEFAULT_MAX_ROBOTS_BYTES + 1
 
 
+class _Task(NamedTuple):
+    """What waits in the scheduler: a claimed URL and its parts, split once at claim."""
+
+    claimed: Claimed
+    url: URL
+
+
 @dataclass(frozen=True, slots=True)
 class _Result:
     outcome: Outcome | None  # None: the URL went back to its host's wait list
@@ -96,10 +94,7 @@ class Engine:
         self.config = config
         self.scope = Scope(config)
         self.frontier = Frontier(config.data_dir, sync_interval=config.sync_interval)
-        self.bad_hosts = kvstore.open(os.path.join(config.data_dir, "badhosts"))
-        self._bad: dict[bytes, dict[str, float | str]] = {
-            k: json.loads(self.bad_hosts[k]) for k in self.bad_hosts
-        }
+        self.bad_hosts = BadHosts(config.data_dir)
         self.dns = DNSCache(
             list(config.nameservers) or None,
             timeout=config.dns_timeout,
@@ -199,11 +194,7 @@ class Engine:
 
     def close(self) -> None:
         self.frontier.close()
-        try:
-            self.bad_hosts.close()
-        except OSError as exc:  # full disk: only retry times of bad hosts are lost
-            log.warning("bad hosts not saved: %s", exc)
-            self.bad_hosts.abandon()
+        self.bad_hosts.close()
         self.fetcher.close()
         self.robots_fetcher.close()
 
@@ -219,11 +210,11 @@ class Engine:
             fed = True
             for c in claimed:
                 try:
-                    _, host, _ = origin(c.entry.url)
+                    u = parse(c.entry.url)  # the only split of this URL's string
                 except URLError:
                     self._submit(c, self._record(c, 0, "bad_url"))
                     continue
-                if not self.scheduler.offer(host, c):
+                if not self.scheduler.offer(u.host, _Task(c, u)):
                     self.frontier.submit(Outcome(c, None, requeue=c.entry))
         return fed
 
@@ -256,14 +247,15 @@ class Engine:
             item = self.scheduler.next()  # returns None once stop() closes the scheduler
             if item is None:
                 continue
-            slot, claimed = item
+            slot, task = item
+            claimed = task.claimed
             result = _Result(None)
             try:
-                result = self._handle(slot, claimed)
+                result = self._handle(slot, claimed, task.url)
                 if result.outcome is not None:
                     self.frontier.submit(result.outcome)
                 else:
-                    self.scheduler.offer(slot.host, claimed, front=True)
+                    self.scheduler.offer(slot.host, task, front=True)
             except Exception:  # noqa: BLE001 - one bad page must not kill a worker
                 log.exception("unexpected error on %s", claimed.entry.url)
                 self._submit(claimed, self._record(claimed, 0, "internal_error"))
@@ -274,33 +266,31 @@ class Engine:
 
     # -- one URL ----------------------------------------------------------------
 
-    def _handle(self, slot: HostSlot, c: Claimed) -> _Result:
+    def _handle(self, slot: HostSlot, c: Claimed, u: URL) -> _Result:
         cfg = self.config
-        url = c.entry.url
-        scheme, host, port = origin(url)
         limit = cfg.max_pages_per_host
         if limit is not None and slot.fetches >= limit:  # checked again when reserving
             return self._final(c, 0, "host_page_limit")
-        bad = self._bad.get(host_key(host))
-        if bad is not None and float(bad["retry_at"]) > time.time():
-            return self._final(c, 0, f"bad_host:{bad['reason']}")
+        bad = self.bad_hosts.reason(u.host_key, time.time())
+        if bad is not None:
+            return self._final(c, 0, f"bad_host:{bad}")
         try:
-            self.dns.resolve(host)
+            self.dns.resolve(u.host)
             if cfg.obey_robots:
-                verdict = self._robots(slot, c, scheme, host, port)
+                verdict = self._robots(slot, c, u)
                 if verdict is not None:
                     return verdict
             if not self.scheduler.reserve_fetch(slot, limit):
                 return self._final(c, 0, "host_page_limit")
             if not self._reserve_fetch():
                 return _Result(None, contacted=False)
-            response = self.fetcher.fetch(url)
+            response = self.fetcher.fetch(u)
         except DNSError as exc:
             reason = "private_ip" if exc.kind == "private" else f"dns_{exc.kind}"
-            self._mark_bad(host, reason)
+            self._mark_bad(u, reason)
             return self._final(c, 0, reason)
         except FetchError as exc:
-            return self._failure(slot, c, host, exc.reason)
+            return self._failure(slot, c, u, exc.reason)
         with self.stats_lock:
             self.bytes += response.wire_bytes
         return self._response(slot, c, response)
@@ -315,12 +305,9 @@ class Engine:
             self.fetched += 1
             return True
 
-    def _robots(
-        self, slot: HostSlot, c: Claimed, scheme: str, host: str, port: int
-    ) -> _Result | None:
+    def _robots(self, slot: HostSlot, c: Claimed, u: URL) -> _Result | None:
         """None if the URL may be fetched now; otherwise what becomes of it."""
-        url = c.entry.url
-        key = robots_key(url)
+        key = u.robots_key
         now = time.time()
         rules = self.robots.get(key, now)
         cfg = self.config
@@ -329,7 +316,7 @@ class Engine:
                 return _Result(None, time.monotonic() + 0.05, contacted=False)
             rules = None
             try:
-                status, body = self._fetch_robots(robots_url(url))
+                status, body = self._fetch_robots(u.robots_url)
                 failed = status is None or status >= 500 or status == 429
                 failures = self.scheduler.robots_outcome(slot, failed)
                 if failed and failures <= cfg.max_retries:
@@ -358,7 +345,7 @@ class Engine:
                 wait = max(0.0, (rules.retry_at or now) - now)
                 return _Result(None, time.monotonic() + wait, contacted=False)
             return self._final(c, 0, "robots_unavailable")
-        if not rules.can_fetch(url):
+        if not rules.can_fetch(u):
             return self._final(c, 0, "robots_disallowed")
         return None
 
@@ -403,25 +390,16 @@ class Engine:
         """A failure recorded without a request to the host (it owes no delay)."""
         return _Result(Outcome(c, self._record(c, status, reason)), contacted=False)
 
-    def _mark_bad(self, host: str, reason: str) -> None:
-        k = host_key(host)
-        entry: dict[str, float | str] = {
-            "host": host,
-            "reason": reason,
-            "retry_at": time.time() + self.config.bad_host_retry,
-        }
-        self._bad[k] = entry
-        try:
-            self.bad_hosts[k] = json.dumps(entry).encode()
-        except OSError as exc:  # advisory state: the host is still bad in memory
-            log.warning("bad host %s not saved: %s", host, exc)
+    def _mark_bad(self, u: URL, reason: str) -> None:
+        retry_at = time.time() + self.config.bad_host_retry
+        self.bad_hosts.mark(u.host_key, u.host, reason, retry_at)
 
-    def _failure(self, slot: HostSlot, c: Claimed, host: str, reason: str) -> _Result:
+    def _failure(self, slot: HostSlot, c: Claimed, u: URL, reason: str) -> _Result:
         """A request that got no usable answer."""
         if reason == "aborted":  # the crawl is stopping: not the URL's fault, try it next run
             return _Result(Outcome(c, None, requeue=c.entry), contacted=False)
         if reason in _HOST_FAILURES:
-            self._mark_bad(host, reason)
+            self._mark_bad(u, reason)
             return _Result(Outcome(c, self._record(c, 0, reason)))
         cfg = self.config
         wait = self.scheduler.host_failed(slot, cfg.backoff, cfg.max_retry_after)

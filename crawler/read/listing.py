@@ -19,7 +19,7 @@ instead. ``python -m kvstore verify DIR/main`` reports every damaged record.
 The rest is pure rendering: the ``python -m crawler pages`` line, what
 ``show`` prints, and :func:`visible_text` (JSONL ``--text``): lxml's HTML
 parser driven with a *target* (no tree: nothing recurses and deep nesting
-costs nothing, as in links.py) that keeps text outside script, style,
+costs nothing, as in crawler.web.links) that keeps text outside script, style,
 noscript and template, with a space at block boundaries, bounded per page.
 
 Thread safety: a CrawlReader is for one thread (its counters are plain ints);
@@ -39,10 +39,10 @@ from lxml import etree
 
 import kvstore
 
-from .exceptions import CrawlerError, DataDirError
-from .links import is_html, sniff_charset
-from .pages import PageRecord, decode_page
-from .urls import host_of, normalize, url_key
+from ..exceptions import CrawlerError, DataDirError
+from ..state.pages import PageRecord, decode_page
+from ..web.links import is_html, sniff_charset
+from ..web.urls import host_of, normalize, url_key
 
 log = logging.getLogger(__name__)
 

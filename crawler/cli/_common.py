@@ -1,0 +1,36 @@
+"""What the command groups share: logging to stderr, a closed stdout, sizes with suffixes."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def size(value: str) -> int:
+    """BYTES, with an optional K, M or G suffix (powers of 1024)."""
+    text = value.strip().upper()
+    shift = 10 * ("KMG".index(text[-1]) + 1) if text and text[-1] in "KMG" else 0
+    try:
+        n = int(text[:-1] if shift else text) << shift
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad size {value!r}: use BYTES, 500M, 1G...") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"size must be > 0, got {value!r}")
+    return n
+
+
+def log_to_stderr(level: int) -> None:
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def stdout_gone() -> int:
+    """stdout's reader went away (``| head``): not an error. Point stdout at /dev/null
+    so the interpreter's final flush does not complain."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0

@@ -1,0 +1,1 @@
+"""The network layer: sockets (DNS cache, connections, one bounded fetch, its watchdog)."""

@@ -1,0 +1,1 @@
+"""The run layer: the running crawl, its threads (engine, politeness, robots cache, status)."""
