@@ -17,7 +17,9 @@ from __future__ import annotations
 import os
 
 from . import exceptions
-from ._format import KEY_SIZE, md5_key
+from ._backend import BACKEND
+from ._files import Recovery, TornTail
+from ._format import FORMAT_VERSION, KEY_SIZE, md5_key
 from ._keysets import KeyIntMap, KeySet
 from ._store import (
     DEFAULT_BUFFER_SIZE,
@@ -27,17 +29,23 @@ from ._store import (
     Store,
     StoreStats,
 )
+from ._verify import VerifyReport
 
 __all__ = [
+    "BACKEND",
     "DEFAULT_BUFFER_SIZE",
     "DEFAULT_MAX_VALUE_SIZE",
     "DEFAULT_TAIL_CHECK_BYTES",
+    "FORMAT_VERSION",
     "KEY_SIZE",
     "Damage",
     "KeyIntMap",
     "KeySet",
+    "Recovery",
     "Store",
     "StoreStats",
+    "TornTail",
+    "VerifyReport",
     "exceptions",
     "md5_key",
     "open",

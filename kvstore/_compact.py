@@ -21,6 +21,7 @@ half-renamed generation that the next open ignores and deletes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _files
+from . import _files, _indexfile
 from . import _format as fmt
 from ._index import HashIndex
 
@@ -168,6 +169,8 @@ def compact(store: Store) -> None:
             store._g = _Generation(files, writer.index, writer.val_end, writer.key_size)
             for path in (old.key_path, old.val_path):
                 os.remove(path)  # readers holding the old files keep reading them
+            with contextlib.suppress(FileNotFoundError):  # its saved index, if any
+                os.remove(_indexfile.index_path(store.path, old.gen))
             log.info(
                 "%s: compacted generation %d (%d bytes) into %d (%d bytes)",
                 store.path,

@@ -13,9 +13,14 @@ Recovery is point in time. Because values are appended before the KEY
 records that point at them, the records a torn write can damage are a suffix
 of the KEY file: a partial last record, records pointing past VAL's end, and
 (within the last ``tail_check_bytes`` of VAL) records whose CRC fails. The
-first such record and everything after it are dropped. A writer truncates
-both files to that point, keeping a copy of the cut bytes in ``recovered/``;
-a read-only open only ignores them.
+first such record and everything after it are the torn tail. A writer cuts
+both files there, keeping a copy of the cut bytes in ``recovered/``; a
+read-only open leaves the tail out of its view. Either way the open logs what
+it left out and reports it (``Loaded.recovery``, then ``Store.recovery``).
+
+An open holds one chunk of KEY records at a time: a first pass over the KEY
+file finds the torn tail, and ``Loaded.chunks()`` reads the kept records
+again for the index.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import mmap
 import os
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,7 +50,10 @@ log = logging.getLogger(__name__)
 
 LOCK_NAME = "LOCK"
 RECOVERED_DIR = "recovered"
-_DATA_RE = re.compile(r"^data-(\d{6,})\.(key|val)(\.tmp)?$")
+_DATA_RE = re.compile(r"^data-(\d{6,})\.(key|val|idx)(\.tmp)?$")  # idx: the saved index
+CHUNK_RECORDS = 1 << 20  # KEY records read at a time on open (24 MiB)
+_COPY_PIECE = 8 << 20  # bytes copied to recovered/ per step
+_CHECK_BATCH = 256  # tail records CRC-checked per step
 
 
 def data_paths(directory: str, gen: int) -> tuple[str, str]:
@@ -108,7 +117,7 @@ def find_generation(path: str) -> tuple[int | None, list[str]]:
     names = os.listdir(path)
     for name in names:
         m = _DATA_RE.match(name)
-        if m and not m.group(3):
+        if m and not m.group(3) and m.group(2) != "idx":
             (keys if m.group(2) == "key" else vals).add(int(m.group(1)))
     complete = keys & vals
     current = max(complete) if complete else None
@@ -182,13 +191,126 @@ class DataFiles:
         self.close()
 
 
+@dataclass(frozen=True)
+class TornTail:
+    """The end of a generation that a writable open cuts and a read-only open leaves out.
+
+    The KEY file is cut at ``key_offset`` (``key_records`` complete records, of
+    which ``tombstones`` are deletions, plus any partial record: ``key_bytes``
+    in all); the VAL file at ``val_offset`` (``val_bytes``). ``reason`` says
+    why the first cut record is unsound ("" when only a partial KEY record or
+    VAL bytes no KEY record references are cut: an interrupted append).
+    """
+
+    key_offset: int
+    key_records: int
+    tombstones: int
+    key_bytes: int
+    val_offset: int
+    val_bytes: int
+    reason: str
+
+    def describe(self) -> str:
+        parts = []
+        if self.key_records:
+            among = ""
+            if self.tombstones:
+                among = f" (including {_count(self.tombstones, 'tombstone')})"
+            parts.append(
+                f"{_count(self.key_records, 'KEY record')}{among} from KEY offset {self.key_offset}"
+            )
+        partial = self.key_bytes - self.key_records * fmt.KEY_RECORD_SIZE
+        if partial:
+            at = self.key_offset + self.key_records * fmt.KEY_RECORD_SIZE
+            parts.append(f"{_count(partial, 'byte')} of a partial KEY record at KEY offset {at}")
+        if self.val_bytes:
+            parts.append(f"{_count(self.val_bytes, 'VAL byte')} from VAL offset {self.val_offset}")
+        text = " and ".join(parts)
+        return f"{text}; first unsound record: {self.reason}" if self.reason else text
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What an open left out of the store: ``tail``. A writer cut it from the files
+    (``truncated``), keeping the cut bytes in the ``saved`` files; a read-only open
+    only left it out of its view."""
+
+    tail: TornTail
+    truncated: bool
+    saved: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TailScan:
+    """Where the sound part of a generation ends: ``valid`` KEY records, VAL up to ``val_end``."""
+
+    valid: int
+    val_end: int
+    tail: TornTail | None
+
+
 @dataclass
 class Loaded:
-    """What recovery found: the valid KEY records and where VAL's data ends."""
+    """What an open keeps: the first ``records`` KEY records (read with ``chunks()``),
+    VAL up to ``val_end``, and what it left out (``recovery``, None if nothing)."""
 
-    records: np.ndarray
+    files: DataFiles
+    records: int
     val_end: int
-    dropped_records: int
+    recovery: Recovery | None
+    chunk_records: int = CHUNK_RECORDS
+
+    @property
+    def key_end(self) -> int:
+        return fmt.HEADER_SIZE + self.records * fmt.KEY_RECORD_SIZE
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """The kept KEY records in file order, at most ``chunk_records`` at a time,
+        read from the file again; none is held here once the caller drops it."""
+        for _, recs in iter_key_records(self.files.key_fd, 0, self.records, self.chunk_records):
+            yield recs
+            del recs  # before the next read: one chunk alive at a time
+
+
+def read_key_records(
+    fd: int, first: int, count: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """KEY records ``first`` .. ``first + count - 1`` (fewer at the end of the file),
+    into ``out`` (at least ``count`` records) if given."""
+    recs = np.empty(count, dtype=fmt.KEY_RECORD_DTYPE) if out is None else out[:count]
+    buf = recs.view(np.uint8).data
+    total = count * fmt.KEY_RECORD_SIZE
+    base = fmt.HEADER_SIZE + first * fmt.KEY_RECORD_SIZE
+    pos = 0
+    while pos < total:
+        got = os.preadv(fd, [buf[pos:]], base + pos)
+        if not got:
+            break
+        pos += got
+    buf.release()
+    return recs[: pos // fmt.KEY_RECORD_SIZE]
+
+
+def iter_key_records(
+    fd: int, first: int, stop: int, chunk_records: int, *, reuse: bool = False
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(index of the first, records) for KEY records ``first`` .. ``stop - 1``, in chunks.
+
+    With ``reuse`` every chunk is read into one buffer, so a chunk is only valid
+    until the next one is read: for scans that keep nothing of it.
+    """
+    out = None
+    if reuse:
+        out = np.empty(min(chunk_records, max(stop - first, 0)), fmt.KEY_RECORD_DTYPE)
+    for start in range(first, stop, chunk_records):
+        count = min(chunk_records, stop - start)
+        recs = read_key_records(fd, start, count, out)
+        short = len(recs) < count
+        if len(recs):
+            yield start, recs
+        del recs  # before the next read: one chunk alive at a time
+        if short:
+            return
 
 
 def check_headers(files: DataFiles) -> None:
@@ -205,81 +327,211 @@ def check_headers(files: DataFiles) -> None:
         )
 
 
-def load_records(files: DataFiles, *, readonly: bool, tail_check_bytes: int) -> Loaded:
-    """Read the KEY file, validate its tail against VAL, and (writer) truncate damage."""
+def load_records(
+    files: DataFiles,
+    *,
+    readonly: bool,
+    tail_check_bytes: int,
+    chunk_records: int = CHUNK_RECORDS,
+) -> Loaded:
+    """Find the sound part of the generation; a writer cuts the rest (keeping a copy).
+
+    Memory: one chunk of ``chunk_records`` KEY records at a time, never the file.
+    Whatever is left out is logged and returned as ``Loaded.recovery``.
+    """
     check_headers(files)
     key_size = os.fstat(files.key_fd).st_size
-    n = (key_size - fmt.HEADER_SIZE) // fmt.KEY_RECORD_SIZE
-    records = np.fromfile(
-        files.key_path, dtype=fmt.KEY_RECORD_DTYPE, count=n, offset=fmt.HEADER_SIZE
-    )
-    n = len(records)  # the file may have been shorter by the time we read it
-    # VAL is sized after KEY is read: every record we read had its value written first.
+    # VAL is sized after KEY: every KEY record within key_size had its value written first.
     val_size = os.fstat(files.val_fd).st_size
-    offs = records["off"]
-    bad = (offs < fmt.TOMBSTONE) | (
-        (offs >= 0) & ((offs < fmt.HEADER_SIZE) | (offs > val_size - fmt.VAL_HEADER_SIZE))
-    )
-    first_bad = int(np.argmax(bad)) if bad.any() else n
-    valid, val_end = _check_tail(files, offs, first_bad, val_size, tail_check_bytes)
-    dropped = n - valid
+    scan = scan_tail(files, key_size, val_size, tail_check_bytes, chunk_records)
+    recovery = None
+    if scan.tail is not None:
+        key_end = fmt.HEADER_SIZE + scan.valid * fmt.KEY_RECORD_SIZE
+        saved = () if readonly else _truncate(files, key_end, scan.val_end)
+        recovery = Recovery(scan.tail, truncated=not readonly, saved=saved)
+        _log_recovery(files, recovery)
+    return Loaded(files, scan.valid, scan.val_end, recovery, chunk_records)
+
+
+def scan_tail(
+    files: DataFiles, key_size: int, val_size: int, tail_check_bytes: int, chunk_records: int
+) -> TailScan:
+    """Point-in-time recovery's verdict on the first ``key_size``/``val_size`` bytes.
+
+    A KEY record is unsound if its offset is invalid or its value's header
+    lies past VAL's end (checked for every record), or, from the first put
+    whose value lies in the last ``tail_check_bytes`` of VAL (or from the last
+    put), if its value runs past VAL's end, fails its CRC or overlaps the
+    previous one. The first unsound record and everything after it are the
+    torn tail. Reads the KEY file in chunks, the VAL file only in its tail.
+    """
+    fd = files.key_fd
+    n = (key_size - fmt.HEADER_SIZE) // fmt.KEY_RECORD_SIZE
+    threshold = max(val_size - tail_check_bytes, fmt.HEADER_SIZE)
+    n, limit, tail_first, before_off = _first_pass(fd, n, val_size, threshold, chunk_records)
+    valid, reason = limit, ""
+    val_end = fmt.HEADER_SIZE
+    if tail_first >= 0 or limit < n:
+        with _map_val(files, val_size) as mm:
+            if before_off >= 0:
+                val_end = _record_end(mm, before_off, val_size)
+            if tail_first >= 0:
+                valid, val_end, reason = _check_puts(
+                    fd, mm, tail_first, limit, val_size, val_end, chunk_records
+                )
+            if valid == limit < n:
+                rec = read_key_records(fd, limit, 1)
+                problem, _ = fmt.check_val_record(mm, int(rec["off"][0]), val_size, 0)
+                reason = _record_reason(rec["key"][0].tobytes(), limit, int(rec["off"][0]), problem)
     key_end = fmt.HEADER_SIZE + valid * fmt.KEY_RECORD_SIZE
-    if dropped or key_end != key_size or val_end != val_size:
-        log.warning(
-            "%s: recovery dropped %d KEY record(s), %d torn KEY byte(s) and "
-            "%d unreferenced VAL byte(s)%s",
-            files.directory,
-            dropped,
-            key_size - fmt.HEADER_SIZE - n * fmt.KEY_RECORD_SIZE,
-            val_size - val_end,
-            "" if readonly else f"; cut bytes saved in {RECOVERED_DIR}/",
+    if key_end == key_size and val_end == val_size:
+        return TailScan(valid, val_end, None)
+    tombstones = sum(
+        int(np.count_nonzero(recs["off"] == fmt.TOMBSTONE))
+        for _, recs in iter_key_records(fd, valid, n, chunk_records, reuse=True)
+    )
+    tail = TornTail(
+        key_offset=key_end,
+        key_records=n - valid,
+        tombstones=tombstones,
+        key_bytes=key_size - key_end,
+        val_offset=val_end,
+        val_bytes=val_size - val_end,
+        reason=reason,
+    )
+    return TailScan(valid, val_end, tail)
+
+
+def _first_pass(
+    fd: int, n: int, val_size: int, threshold: int, chunk_records: int
+) -> tuple[int, int, int, int]:
+    """Read the KEY file once; return (records read, the first structurally unsound
+    record or that count, the first put to CRC-check or -1, the VAL offset of the
+    put before it or -1)."""
+    limit = n
+    seen = 0
+    tail_first = -1  # the first put whose value lies at or after `threshold`
+    before_off = -1
+    last = prev = (-1, -1)  # (index, VAL offset) of the last two puts before `limit`
+    for start, recs in iter_key_records(fd, 0, n, chunk_records, reuse=True):
+        offs = recs["off"]
+        seen = start + len(offs)
+        bad = (offs < fmt.TOMBSTONE) | (
+            (offs >= 0) & ((offs < fmt.HEADER_SIZE) | (offs > val_size - fmt.VAL_HEADER_SIZE))
         )
-        if not readonly:
-            _truncate(files, key_end, val_end)
-    return Loaded(records[:valid], val_end, dropped)
+        stop = int(np.argmax(bad)) if bad.any() else len(offs)
+        del bad
+        # Masks and argmax only: the temporaries stay a fraction of the chunk.
+        is_put = offs[:stop] >= 0
+        if tail_first < 0:
+            hit = _first_true(offs[:stop] >= threshold)
+            if hit >= 0:
+                tail_first = start + hit
+                p = _last_true(is_put[:hit])
+                before_off = int(offs[p]) if p >= 0 else last[1]
+        p = _last_true(is_put)
+        if p >= 0:
+            q = _last_true(is_put[:p])
+            prev = (start + q, int(offs[q])) if q >= 0 else last
+            last = (start + p, int(offs[p]))
+        if stop < len(offs):
+            limit = start + stop
+            break
+    else:
+        n = limit = seen  # the file may have been shorter by the time we read it
+    if tail_first < 0 and last[0] >= 0:  # no value in the tail: check the last one
+        tail_first, before_off = last[0], prev[1]
+    return n, limit, tail_first, before_off
 
 
-def _check_tail(
-    files: DataFiles, offs: np.ndarray, limit: int, val_size: int, tail_check_bytes: int
-) -> tuple[int, int]:
-    """CRC-check the put records in VAL's tail; return (valid record count, VAL data end)."""
-    puts = np.flatnonzero(offs[:limit] >= 0)
-    if not len(puts):
-        return limit, fmt.HEADER_SIZE
-    start_off = min(int(offs[puts[-1]]), val_size - tail_check_bytes)
-    tail = puts[offs[puts] >= start_off]
-    start_off = int(offs[tail[0]])
-    data = os.pread(files.val_fd, val_size - start_off, start_off)
-    prev_end = start_off
-    val_end = start_off
-    for rec in tail.tolist():
-        off = int(offs[rec])
-        rel = off - start_off
-        if off < prev_end or rel + fmt.VAL_HEADER_SIZE > len(data):
-            return rec, val_end
-        length, crc = fmt.unpack_val_header(data, rel)
-        end = rel + fmt.VAL_HEADER_SIZE + length
-        if end > len(data) or not fmt.value_is_intact(
-            memoryview(data)[rel + fmt.VAL_HEADER_SIZE : end], crc
-        ):
-            return rec, val_end
-        prev_end = val_end = off + fmt.VAL_HEADER_SIZE + length
-    return limit, val_end
+def _check_puts(
+    fd: int,
+    mm: mmap.mmap,
+    first: int,
+    stop: int,
+    val_size: int,
+    val_end: int,
+    chunk_records: int,
+) -> tuple[int, int, str]:
+    """CRC-check the puts among KEY records first..stop-1; return (valid, VAL end, reason)."""
+    prev_end = fmt.HEADER_SIZE
+    for start, recs in iter_key_records(fd, first, stop, chunk_records, reuse=True):
+        offs = recs["off"]
+        puts = np.flatnonzero(offs >= 0)
+        for b in range(0, len(puts), _CHECK_BATCH):  # Python ints for a batch only
+            idx = puts[b : b + _CHECK_BATCH]
+            for j, off in zip(idx.tolist(), offs[idx].tolist(), strict=True):
+                problem, end = fmt.check_val_record(mm, off, val_size, prev_end)
+                if problem is not None:
+                    key = recs["key"][j].tobytes()
+                    return start + j, val_end, _record_reason(key, start + j, off, problem)
+                prev_end = val_end = end
+    return stop, val_end, ""
 
 
-def _truncate(files: DataFiles, key_end: int, val_end: int) -> None:
+def _first_true(mask: np.ndarray) -> int:
+    return int(np.argmax(mask)) if mask.any() else -1
+
+
+def _last_true(mask: np.ndarray) -> int:
+    return len(mask) - 1 - int(np.argmax(mask[::-1])) if mask.any() else -1
+
+
+def _record_end(mm: mmap.mmap, off: int, val_size: int) -> int:
+    """Where the (unchecked) value record at ``off`` ends, kept inside the file."""
+    length, _ = fmt.unpack_val_header(mm, off)
+    return min(off + fmt.VAL_HEADER_SIZE + length, val_size)
+
+
+def _record_reason(key: bytes, index: int, off: int, problem: str | None) -> str:
+    koff = fmt.HEADER_SIZE + index * fmt.KEY_RECORD_SIZE
+    return f"KEY record at offset {koff} (key {key.hex()}) -> VAL offset {off}: {problem}"
+
+
+def _map_val(files: DataFiles, length: int) -> mmap.mmap:
+    return mmap.mmap(files.val_fd, length, access=mmap.ACCESS_READ)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _log_recovery(files: DataFiles, rec: Recovery) -> None:
+    what = rec.tail.describe()
+    if rec.truncated:
+        log.warning(
+            "%s: recovery cut %s; the cut bytes are saved in %s",
+            files.directory,
+            what,
+            ", ".join(rec.saved),
+        )
+    elif rec.tail.key_records:
+        log.warning(
+            "%s: read-only open leaves out %s; a writable open would cut them",
+            files.directory,
+            what,
+        )
+    else:  # beside a live writer this is its append in progress, so no warning
+        log.info("%s: read-only open ignores %s (an interrupted append?)", files.directory, what)
+
+
+def _truncate(files: DataFiles, key_end: int, val_end: int) -> tuple[str, ...]:
     """Cut both files back to the valid point, keeping the cut bytes in recovered/."""
     rdir = os.path.join(files.directory, RECOVERED_DIR)
     os.makedirs(rdir, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 1_000_000_000:09d}"
+    saved = []
     for fd, end, suffix in ((files.key_fd, key_end, "key"), (files.val_fd, val_end, "val")):
         size = os.fstat(fd).st_size
         if size > end:
-            cut = os.pread(fd, size - end, end)
             out = os.path.join(rdir, f"gen{files.gen:06d}-{stamp}-at{end}.{suffix}")
             with open(out, "wb") as f:
-                f.write(cut)
+                for pos in range(end, size, _COPY_PIECE):
+                    f.write(os.pread(fd, min(_COPY_PIECE, size - pos), pos))
                 f.flush()
                 os.fsync(f.fileno())
             os.ftruncate(fd, end)
             os.fsync(fd)
+            saved.append(out)
+    fsync_dir(rdir)
+    return tuple(saved)

@@ -10,9 +10,12 @@ A store is a directory holding one *generation* of two files:
 * ``data-<gen>.val``: a 24-byte header, then value records:
   u32 LE length, u32 LE CRC32 of the value, the value bytes.
 
-Both headers are: 8-byte magic, u32 LE format version, u32 LE flags (0),
-u64 LE generation. The generation ties a KEY file to its VAL file: a pair
-whose generations differ is refused.
+Both headers are: 8-byte magic, u32 LE format version, u32 LE header
+checksum, u64 LE generation. The checksum (version 2) is the CRC32 of the
+other 20 header bytes, so a flipped bit reads as a damaged header rather than
+as a newer version; version 1 files have 0 there and no checksum. The
+generation ties a KEY file to its VAL file: a pair whose generations differ is
+refused.
 
 Values are appended before the KEY records that point at them, and every
 writer appends at the end, so the offsets of successive put records strictly
@@ -31,7 +34,8 @@ import numpy as np
 
 from .exceptions import CorruptStoreError, UnsupportedVersionError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what new files are written as, and the newest this reads
+LEGACY_VERSION = 1  # no header checksum: bytes 12..15 are 0
 KEY_SIZE = 16
 HEADER_SIZE = 24
 KEY_RECORD_SIZE = 24
@@ -45,8 +49,9 @@ MAX_VALUE_SIZE_LIMIT = 0xFFFF_FFFF
 _HEADER = struct.Struct("<8sIIQ")
 _VAL_HEADER = struct.Struct("<II")
 _OFFSET = struct.Struct("<q")
+_CRC_PIECE = 1 << 20  # bytes of one value CRC-checked per step
 
-# One KEY record as numpy sees it: used to read whole KEY files at once.
+# One KEY record as numpy sees it: KEY files are read in chunks of these.
 KEY_RECORD_DTYPE = np.dtype([("key", "V16"), ("off", "<i8")])
 assert KEY_RECORD_DTYPE.itemsize == KEY_RECORD_SIZE
 
@@ -58,31 +63,92 @@ def md5_key(data: bytes | bytearray | memoryview | str) -> bytes:
     return hashlib.md5(data).digest()
 
 
+def header_checksum(data: bytes) -> int:
+    """CRC32 of a header's bytes 0..11 and 16..23: everything but the checksum field."""
+    return zlib.crc32(data[16:HEADER_SIZE], zlib.crc32(data[:12]))
+
+
 def pack_header(magic: bytes, generation: int) -> bytes:
-    return _HEADER.pack(magic, FORMAT_VERSION, 0, generation)
+    """A current-version header (with its checksum)."""
+    head = _HEADER.pack(magic, FORMAT_VERSION, 0, generation)
+    return _HEADER.pack(magic, FORMAT_VERSION, header_checksum(head), generation)
 
 
 def unpack_header(data: bytes, magic: bytes, path: str) -> int:
-    """Check a file header; return its generation or raise a clear error."""
+    """Check a file header; return its generation or raise a clear error.
+
+    The checksum is checked before the version is believed: a damaged header
+    must not pass for a newer format.
+    """
+    which = "KEY" if magic == KEY_MAGIC else "VAL"
     if len(data) < HEADER_SIZE:
         raise CorruptStoreError(
             path, 0, f"file header is {len(data)} bytes, expected {HEADER_SIZE}"
         )
-    got_magic, version, _flags, generation = _HEADER.unpack_from(data)
+    got_magic, version, checksum, generation = _HEADER.unpack_from(data)
     if got_magic != magic:
+        # A kvstore header whose only fault is its magic still matches its checksum
+        # once the right magic is put back: that is damage, not a foreign file.
+        repaired = magic + data[8:HEADER_SIZE]
+        if version != LEGACY_VERSION and header_checksum(repaired) == checksum:
+            raise CorruptStoreError(path, 0, _damaged(which, f"bad magic {got_magic!r}"))
         raise CorruptStoreError(
             path, 0, f"bad magic {got_magic!r}, expected {magic!r}: not a kvstore file"
         )
+    if version == LEGACY_VERSION and checksum == 0:
+        return int(generation)
+    computed = header_checksum(data)
+    if computed != checksum:
+        detail = f"checksum {checksum:#010x} does not match its bytes ({computed:#010x})"
+        raise CorruptStoreError(path, 0, _damaged(which, detail))
     if version > FORMAT_VERSION:
         raise UnsupportedVersionError(
             path,
-            4,
+            8,
             f"format version {version} is newer than this kvstore reads "
             f"({FORMAT_VERSION}); upgrade kvstore",
         )
-    if version < 1:
-        raise CorruptStoreError(path, 4, f"invalid format version {version}")
+    if version < 2:  # 0, or a version 1 header with a checksum: no writer makes either
+        raise CorruptStoreError(path, 8, f"invalid format version {version}")
     return int(generation)
+
+
+def _damaged(which: str, detail: str) -> str:
+    return (
+        f"damaged header in the {which} file ({detail}); the header cannot be trusted, so "
+        "restore the store from a backup or load it from an earlier dump "
+        "(python -m kvstore dump / load)"
+    )
+
+
+def check_val_record(
+    buf: bytes | bytearray | memoryview | mmap.mmap, off: int, size: int, prev_end: int
+) -> tuple[str | None, int]:
+    """Check the value record at ``off`` of a VAL file whose first ``size`` bytes are ``buf``.
+
+    Returns (what is wrong or None, the record's end). ``prev_end`` is where the
+    previous sound record ended: puts are appended, so a record starting
+    before it is unsound. The CRC is computed in bounded pieces, so a damaged
+    length field costs time, not memory.
+    """
+    if off < HEADER_SIZE or off + VAL_HEADER_SIZE > size:
+        return "offset outside the VAL file", 0
+    length, crc = _VAL_HEADER.unpack_from(buf, off)
+    start = off + VAL_HEADER_SIZE
+    end = start + length
+    if end > size:
+        return f"value length {length} runs past the end of the VAL file", 0
+    if length <= _CRC_PIECE:
+        got = zlib.crc32(buf[start:end])
+    else:
+        got = 0
+        for pos in range(start, end, _CRC_PIECE):
+            got = zlib.crc32(buf[pos : min(end, pos + _CRC_PIECE)], got)
+    if got != crc:
+        return "CRC mismatch", 0
+    if off < prev_end:
+        return "record overlaps the previous one", 0
+    return None, end
 
 
 def pack_val_record(value: bytes) -> bytes:

@@ -3,6 +3,10 @@
 The crawler's PendSet and ProcessingSet (sets of URL digests), BadHosts and
 Host2IP (digest -> retry time or IPv4 address) use these. Memory per key is
 17 bytes a slot for a set and 24 for a map, at a load factor up to 0.78.
+
+The single-key methods (``in``, ``add``, ``discard``; ``[]``, ``get``,
+``[k] = v``, ``del``) come from ``KeySetBase`` / ``KeyIntMapBase``: C, or
+their pure-Python twins (see ``_backend``).
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ._backend import KeyIntMapBase, KeySetBase
 from ._index import HashIndex, as_key_array
-from ._store import _check_key
 from .exceptions import InvalidKeyError
 
 
@@ -25,19 +29,17 @@ def _keys(keys: Any) -> np.ndarray:
         raise InvalidKeyError(str(exc)) from None
 
 
-class KeySet(MutableSet[bytes]):
+class KeySet(KeySetBase, MutableSet[bytes]):
     """A set of 16-byte keys. Thread-safe; membership tests take no lock."""
 
+    _index_type: type[HashIndex] = HashIndex
+    _index: HashIndex
+
     def __init__(self, keys: Iterable[bytes] = (), *, capacity: int = 0) -> None:
-        self._index = HashIndex(1, capacity=capacity)
+        self._index = self._index_type(1, capacity=capacity)
         self._lock = threading.Lock()
         for key in keys:
             self.add(key)
-
-    def __contains__(self, key: object) -> bool:
-        if type(key) is not bytes or len(key) != 16:
-            key = _check_key(key)
-        return key in self._index
 
     def __len__(self) -> int:
         return len(self._index)
@@ -49,18 +51,6 @@ class KeySet(MutableSet[bytes]):
         kb = keys.tobytes()
         for j in range(0, len(kb), 16):
             yield kb[j : j + 16]
-
-    def add(self, key: bytes) -> None:
-        if type(key) is not bytes or len(key) != 16:
-            key = _check_key(key)
-        with self._lock:
-            self._index.set(key, 0)
-
-    def discard(self, key: bytes) -> None:
-        if type(key) is not bytes or len(key) != 16:
-            key = _check_key(key)
-        with self._lock:
-            self._index.delete(key)
 
     def add_many(self, keys: Any) -> None:
         arr = _keys(keys)
@@ -89,11 +79,14 @@ class KeySet(MutableSet[bytes]):
         return f"<kvstore.KeySet {len(self)} keys>"
 
 
-class KeyIntMap(MutableMapping[bytes, int]):
+class KeyIntMap(KeyIntMapBase, MutableMapping[bytes, int]):
     """16-byte keys -> ints in 0 .. 2**63 - 1. Thread-safe; lookups take no lock."""
 
+    _index_type: type[HashIndex] = HashIndex
+    _index: HashIndex
+
     def __init__(self, items: Iterable[tuple[bytes, int]] = (), *, capacity: int = 0) -> None:
-        self._index = HashIndex(8, capacity=capacity)
+        self._index = self._index_type(8, capacity=capacity)
         self._lock = threading.Lock()
         for key, value in items:
             self[key] = value
@@ -105,33 +98,6 @@ class KeyIntMap(MutableMapping[bytes, int]):
         if not 0 <= value <= self._index.max_value:
             raise ValueError(f"value {value} outside 0..{self._index.max_value}")
         return value
-
-    def __getitem__(self, key: bytes) -> int:
-        if type(key) is not bytes or len(key) != 16:
-            key = _check_key(key)
-        value = self._index.get(key)
-        if value < 0:
-            raise KeyError(key)
-        return value
-
-    def __setitem__(self, key: bytes, value: int) -> None:
-        if type(key) is not bytes or len(key) != 16:
-            key = _check_key(key)
-        value = self._check_value(value)
-        with self._lock:
-            self._index.set(key, value)
-
-    def __delitem__(self, key: bytes) -> None:
-        if type(key) is not bytes or len(key) != 16:
-            key = _check_key(key)
-        with self._lock:
-            if self._index.delete(key) < 0:
-                raise KeyError(key)
-
-    def __contains__(self, key: object) -> bool:
-        if type(key) is not bytes or len(key) != 16:
-            key = _check_key(key)
-        return key in self._index
 
     def __len__(self) -> int:
         return len(self._index)

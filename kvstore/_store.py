@@ -27,12 +27,14 @@ import threading
 import zlib
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _files
+from . import _files, _indexfile
 from . import _format as fmt
+from ._backend import BACKEND, StoreBase
+from ._fallback import REMAP_SLACK
 from ._index import HashIndex, as_key_array
 from .exceptions import (
     CorruptStoreError,
@@ -43,17 +45,20 @@ from .exceptions import (
     ValueTooLargeError,
 )
 
+if TYPE_CHECKING:
+    from ._verify import VerifyReport
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_VALUE_SIZE = 64 << 20
 DEFAULT_BUFFER_SIZE = 1 << 20
 DEFAULT_TAIL_CHECK_BYTES = 1 << 20  # a kill -9 tears at most the last flush (~buffer_size)
 # Reads past the mapped part of VAL use pread until this much is unmapped.
-_REMAP_SLACK = 8 << 20
+_REMAP_SLACK = REMAP_SLACK  # the C read path tests the same bound
+# put_many works through big batches in chunks of this many records (bounded temporaries).
+PUT_MANY_CHUNK = 1 << 16
 _OPEN_CHUNK = 1 << 20  # KEY records indexed per batch on open
 _VAL_HEADER = struct.Struct("<II")
-_OFF = struct.Struct("<q")
-_TOMB = _OFF.pack(fmt.TOMBSTONE)
 _OFFSET_WIDTH = 6  # index bytes per offset: VAL files up to 128 TiB
 
 
@@ -83,13 +88,18 @@ class StoreStats:
     index_bytes: int
     load_factor: float
     mean_probe_length: float
+    backend: str = BACKEND  # which hot paths run: "c" or "python" (kvstore.BACKEND)
 
 
 @dataclass(frozen=True)
 class Damage:
+    """A KEY record whose value record is unsound: ``offset`` is the value's VAL
+    offset as the record states it, ``key_offset`` the record's own KEY offset."""
+
     key: bytes
     offset: int
     reason: str
+    key_offset: int | None = None
 
 
 class _Generation:
@@ -111,21 +121,14 @@ class _Generation:
         return base + len(buf)
 
 
-def _check_key(key: Any) -> bytes:
-    if isinstance(key, bytearray | memoryview):
-        key = bytes(key)
-    if not isinstance(key, bytes):
-        raise InvalidKeyError(f"keys are 16 bytes, got {type(key).__name__}; use kvstore.md5_key()")
-    if len(key) != fmt.KEY_SIZE:
-        raise InvalidKeyError(f"keys are 16 bytes, got {len(key)}; use kvstore.md5_key()")
-    return key
-
-
-class Store(MutableMapping[bytes, bytes]):
+class Store(StoreBase, MutableMapping[bytes, bytes]):
     """An append-only key-value store; open it with ``kvstore.open()``.
 
     Every method is thread-safe. Lookups (``in``, ``[]``, ``get``,
     ``contains_many``) take no lock; writes are serialized by one lock.
+    ``in``, ``[]``, ``get``, ``[k] = v`` and ``del`` come from ``StoreBase``
+    (C, or its pure-Python twin: see ``_backend``).
+    ``recovery`` says what the open left out (a torn tail), or is None.
     """
 
     def __init__(
@@ -144,6 +147,11 @@ class Store(MutableMapping[bytes, bytes]):
         self.readonly = readonly
         self.max_value_size = max_value_size
         self._buffer_size = buffer_size
+        self._tail_check_bytes = tail_check_bytes
+        # What the open left out of the store (a torn tail), or None: see _files.Recovery.
+        self.recovery: _files.Recovery | None = None
+        # How the open got its index: "saved" (read back from a clean close) or "rebuilt".
+        self.index_source = "rebuilt"
         self._lock = threading.Lock()
         self._lock_fd = -1
         self._g: _Generation | None = None
@@ -184,21 +192,48 @@ class Store(MutableMapping[bytes, bytes]):
         raise StoreNotFoundError(2, "store files keep changing under a read-only open", self.path)
 
     def _load(self, files: _files.DataFiles, capacity: int, tail_check_bytes: int) -> _Generation:
+        saved = self._load_saved(files)
+        if saved is not None:
+            return saved
         loaded = _files.load_records(
-            files, readonly=self.readonly, tail_check_bytes=tail_check_bytes
+            files, readonly=self.readonly, tail_check_bytes=tail_check_bytes,
+            chunk_records=_OPEN_CHUNK,
         )
-        recs = loaded.records
+        self.recovery = loaded.recovery
         val_end = loaded.val_end
-        key_size = fmt.HEADER_SIZE + len(recs) * fmt.KEY_RECORD_SIZE
-        index = HashIndex(_OFFSET_WIDTH, capacity=max(capacity, len(recs)))
-        for start in range(0, len(recs), _OPEN_CHUNK):
-            chunk = recs[start : start + _OPEN_CHUNK]
+        key_size = loaded.key_end
+        index = HashIndex(_OFFSET_WIDTH, capacity=max(capacity, loaded.records))
+        for chunk in loaded.chunks():
             index.set_many(fmt.record_keys(chunk), chunk["off"])
+            del chunk  # freed before the next chunk is read
         index.fit(min_keys=capacity)
-        del recs, loaded
+        del loaded
         _release_freed_memory()
         files.remap(val_end)
         return _Generation(files, index, val_end, key_size)
+
+    def _load_saved(self, files: _files.DataFiles) -> _Generation | None:
+        """The generation with the index a clean close saved, if it matches the files
+        exactly (see _indexfile); None otherwise, and the caller rebuilds."""
+        _files.check_headers(files)
+        key_size = os.fstat(files.key_fd).st_size
+        val_size = os.fstat(files.val_fd).st_size
+        index = _indexfile.load(
+            self.path,
+            files.gen,
+            _OFFSET_WIDTH,
+            key_fd=files.key_fd,
+            key_size=key_size,
+            val_fd=files.val_fd,
+            val_size=val_size,
+            header_size=fmt.HEADER_SIZE,
+        )
+        if index is None:
+            return None
+        self.recovery = None  # the files are exactly what a clean close left
+        self.index_source = "saved"
+        files.remap(val_size)
+        return _Generation(files, index, val_size, key_size)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -229,9 +264,28 @@ class Store(MutableMapping[bytes, bytes]):
                 self._flush_locked(g)
                 os.fsync(g.files.val_fd)
                 os.fsync(g.files.key_fd)
+                self._save_index(g)
             self._g = None
             g.files.close()
             self._release_lock()
+
+    def _save_index(self, g: _Generation) -> None:
+        """Write the index beside the KEY file, so the next open need not rebuild it.
+        Best effort: a failure (a full disk) costs the next open a rebuild, nothing else."""
+        try:
+            _indexfile.save(
+                self.path,
+                g.files.gen,
+                g.index,
+                key_fd=g.files.key_fd,
+                key_size=g.key_size,
+                val_fd=g.files.val_fd,
+                val_size=g.wbuf[0],
+                header_size=fmt.HEADER_SIZE,
+            )
+        except OSError as exc:
+            log.warning("%s: could not save the index (%s); the next open rebuilds it",
+                        self.path, exc)
 
     def abandon(self) -> None:
         """Close *without* writing what is still buffered; the files keep exactly
@@ -271,17 +325,6 @@ class Store(MutableMapping[bytes, bytes]):
 
     # -- reads ------------------------------------------------------------------
 
-    def __getitem__(self, key: bytes) -> bytes:
-        if type(key) is not bytes or len(key) != fmt.KEY_SIZE:
-            key = _check_key(key)
-        g = self._g
-        if g is None:
-            g = self._live()  # raises StoreClosedError
-        off = g.index.get(key)
-        if off < 0:
-            raise KeyError(key)
-        return self._read(g, off)
-
     def _read(self, g: _Generation, off: int) -> bytes:
         base, buf = g.wbuf
         files = g.files
@@ -312,14 +355,6 @@ class Store(MutableMapping[bytes, bytes]):
         if len(value) != length or zlib.crc32(value) != crc:
             raise CorruptStoreError(files.val_path, off, "value record fails its CRC check")
         return value
-
-    def __contains__(self, key: object) -> bool:
-        if type(key) is not bytes or len(key) != fmt.KEY_SIZE:
-            key = _check_key(key)
-        g = self._g
-        if g is None:
-            g = self._live()
-        return key in g.index
 
     def __len__(self) -> int:
         return len(self._live().index)
@@ -357,53 +392,40 @@ class Store(MutableMapping[bytes, bytes]):
             raise ValueTooLargeError(len(value), self.max_value_size)
         return bytes(value)
 
-    def __setitem__(self, key: bytes, value: bytes) -> None:
-        if type(key) is not bytes or len(key) != fmt.KEY_SIZE:
-            key = _check_key(key)
-        if type(value) is not bytes or len(value) > self.max_value_size:
-            value = self._check_value(value)
-        header = _VAL_HEADER.pack(len(value), zlib.crc32(value))
-        with self._lock:
-            g = self._g
-            if g is None or self.readonly:
-                g = self._writable()
-            base, buf = g.wbuf
-            off = base + len(buf)
-            buf += header
-            buf += value
-            g.kbuf += key
-            g.kbuf += _OFF.pack(off)
-            g.index.set(key, off)  # publish only once the bytes are readable
-            if len(buf) + len(g.kbuf) >= self._buffer_size:
-                self._flush_locked(g)
-
-    def __delitem__(self, key: bytes) -> None:
-        if type(key) is not bytes or len(key) != fmt.KEY_SIZE:
-            key = _check_key(key)
-        with self._lock:
-            g = self._writable()
-            if g.index.delete(key) < 0:
-                raise KeyError(key)
-            g.kbuf += key
-            g.kbuf += _TOMB
-            if len(g.kbuf) >= self._buffer_size:
-                self._flush_locked(g)
-
     def put_many(self, keys: Any, values: Sequence[bytes] | Iterable[bytes]) -> None:
-        """Store many records in one vectorized step; later duplicates win."""
+        """Store many records, vectorized; later duplicates win.
+
+        A big batch is worked through in chunks of ``PUT_MANY_CHUNK`` records, so
+        its temporaries stay bounded (RSS after a bulk load is the index, not a
+        copy of the batch); every value is checked before anything is written,
+        so a bad value anywhere writes nothing. Other writers may interleave
+        between chunks; readers see a chunk's records once it is indexed.
+        """
         try:
             arr = as_key_array(keys)
         except ValueError as exc:
             raise InvalidKeyError(str(exc)) from None
-        vals = [
-            v if type(v) is bytes and len(v) <= self.max_value_size else self._check_value(v)
-            for v in values
-        ]
+        vals = values if type(values) is list else list(values)
         if len(vals) != len(arr):
             raise ValueError(f"put_many: {len(arr)} keys but {len(vals)} values")
         if not vals:
             return
-        data, rel = fmt.val_records(vals)
+        n = len(vals)
+        if n > PUT_MANY_CHUNK:
+            limit = self.max_value_size
+            if not all(type(v) is bytes for v in vals) or max(map(len, vals)) > limit:
+                vals = [self._check_value(v) for v in vals]  # raises on the first bad one
+            with self._lock:
+                g = self._writable()
+                if n > len(g.index):  # a bulk load: size the index once, as for one batch
+                    g.index.reserve(n)
+        for start in range(0, n, PUT_MANY_CHUNK):
+            chunk = vals if n <= PUT_MANY_CHUNK else vals[start : start + PUT_MANY_CHUNK]
+            self._put_chunk(arr[start : start + len(chunk)], chunk)
+
+    def _put_chunk(self, arr: np.ndarray, vals: list[bytes]) -> None:
+        rel = np.empty(len(vals), dtype=np.int64)
+        data = self._pack_values(vals, rel)  # checks every value as a put does
         with self._lock:
             g = self._writable()
             base, buf = g.wbuf
@@ -432,6 +454,9 @@ class Store(MutableMapping[bytes, bytes]):
 
     def _flush_locked(self, g: _Generation) -> None:
         # VAL before KEY: a KEY record must never reach the disk before its value.
+        # Either both buffers land or the files are cut back to the last good flush,
+        # keeping both buffers for a retry: values whose KEY records failed would be
+        # garbage that the next open cuts into recovered/.
         base, buf = g.wbuf
         if buf:
             try:
@@ -439,15 +464,18 @@ class Store(MutableMapping[bytes, bytes]):
             except OSError:
                 os.ftruncate(g.files.val_fd, base)  # undo a partial write; the buffer is kept
                 raise
-            g.wbuf = (base + len(buf), bytearray())
         if g.kbuf:
             try:
                 _files.write_all(g.files.key_fd, g.kbuf)
             except OSError:
                 os.ftruncate(g.files.key_fd, g.key_size)
+                if buf:
+                    os.ftruncate(g.files.val_fd, base)
                 raise
             g.key_size += len(g.kbuf)
             g.kbuf = bytearray()
+        if buf:
+            g.wbuf = (base + len(buf), bytearray())  # readers now find these values in VAL
 
     # -- maintenance ------------------------------------------------------------------
 
@@ -508,12 +536,18 @@ class Store(MutableMapping[bytes, bytes]):
             return self._live().index.stats()
 
     def verify(self) -> list[Damage]:
-        """CRC-check every value record the KEY file references (live or not)."""
+        """Every KEY record in the files on disk whose value record is unsound (CRC,
+        offset, length, overlap), live or not, torn tail included; [] if none.
+        Thread-safe. ``verify_report()`` also says what a writable open would cut."""
+        return self.verify_report().damages
+
+    def verify_report(self) -> VerifyReport:
+        """Check the files as they are on disk (flushing first): every damaged record,
+        and the torn tail a writable open would cut. Thread-safe."""
         from ._verify import verify
 
         with self._lock:
             g = self._live()
             if not self.readonly:
                 self._flush_locked(g)
-            key_size, val_end = g.key_size, g.wbuf[0]
-        return verify(g.files, key_size, val_end)
+        return verify(g.files, tail_check_bytes=self._tail_check_bytes)

@@ -205,15 +205,24 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """CRC-check every record; one line per damaged record, exit 1 on damage."""
+    """Check every KEY record on disk; list damage and the torn tail; exit 1 on damage."""
     with _open_readonly(args.path) as store:
-        damage = store.verify()
-        checked = store.stats().records
-    for item in damage:
-        print(f"damaged: key {item.key.hex()} offset {item.offset}: {item.reason}")
-    if damage:
-        raise CliError(f"{args.path}: {len(damage)} damaged records of {checked} checked")
-    print(f"ok: {checked} records checked")
+        report = store.verify_report()
+    for item in report.damages:
+        print(
+            f"damaged: key {item.key.hex()} offset {item.offset}: {item.reason} "
+            f"(KEY record at offset {item.key_offset})"
+        )
+    tail = report.torn_tail
+    if tail is not None:
+        print(f"torn tail: a writable open would cut {tail.describe()}")
+    if not report.ok:
+        cut = f"; a writable open would cut {_plural(tail.key_records, 'record')}" if tail else ""
+        raise CliError(
+            f"{args.path}: {_plural(len(report.damages), 'damaged record')} of "
+            f"{report.records} checked{cut}"
+        )
+    print(f"ok: {report.records} records checked")
     return 0
 
 
@@ -276,6 +285,10 @@ def _bytes(n: int) -> str:
         size /= 1024
         units.pop(0)
     return f"{n:,} bytes ({size:.1f} {units[0]})"
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _format_stat(name: str, value: object) -> str:
@@ -349,7 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     command(
         "verify", cmd_verify,
-        "CRC-check every record the KEY file references; exit 1 and list damaged records.",
+        "Check every KEY record on disk and the value it references (CRC, offset, length); "
+        "list damaged records and what a writable open would cut; exit 1 on damage.",
         "python -m kvstore verify data/main",
     )
     command(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,3 +57,44 @@ def child_env() -> dict[str, str]:
 def python() -> str:
     """The interpreter running the tests, for child processes."""
     return sys.executable
+
+
+# As root the kernel ignores file modes unless the process gives up CAP_DAC_OVERRIDE
+# and CAP_DAC_READ_SEARCH; this prelude drops them (staying uid 0, so the child can
+# still reach pytest's 0700 temp directories).
+DROP_DAC_PRELUDE = r"""
+import ctypes, os
+if os.geteuid() == 0:
+    libc = ctypes.CDLL(None, use_errno=True)
+    class Hdr(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+    hdr = Hdr(0x20080522, 0)
+    data = (Data * 2)()
+    if libc.capget(ctypes.byref(hdr), data) == 0:
+        mask = ~((1 << 1) | (1 << 2)) & 0xFFFFFFFF  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        for field in ("effective", "permitted", "inheritable"):
+            setattr(data[0], field, getattr(data[0], field) & mask)
+        libc.capset(ctypes.byref(hdr), data)
+"""
+
+
+@pytest.fixture
+def unprivileged_child(
+    python: str, child_env: dict[str, str]
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``unprivileged_child(code, *args)`` runs ``code`` in a child Python for which
+    file modes hold (as root, it drops the capabilities that bypass them)."""
+
+    def run(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [python, "-c", DROP_DAC_PRELUDE + code, *args],
+            env=child_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    return run

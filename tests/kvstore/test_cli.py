@@ -341,7 +341,8 @@ class TestVerify:
         out, err = capsys.readouterr()
         assert out.startswith(f"damaged: key {victim.hex()} offset {header}: ")
         assert out.count("\n") == 1
-        assert re.fullmatch(r"kvstore: error: .*: 1 damaged records of \d+ checked\n", err)
+        records = 1 + kvstore.DEFAULT_TAIL_CHECK_BYTES // len(filler) + 2
+        assert err == f"kvstore: error: {store_path}: 1 damaged record of {records} checked\n"
         # get and dump refuse the damaged value instead of printing it
         assert cli.main(["get", str(store_path), victim.hex()]) == 1
         assert cli.main(["dump", str(store_path), "-o", os.devnull]) == 1

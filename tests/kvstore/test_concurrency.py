@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import random
 import subprocess
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,15 +22,27 @@ from kvstore.exceptions import ReadOnlyError, StoreLockedError
 THREADS = 8
 KEYS_PER_THREAD = 150
 OPS_PER_THREAD = 1500
-COMPACTIONS = 4
+RACERS = 3
+SHARED_KEYS = 6
+OPS_PER_RACER = 1500
+MIN_COMPACTIONS = 3
+MIN_WRITES_INSIDE_COMPACTIONS = 50
 
 
 def tkey(t: int, j: int) -> bytes:
     return kvstore.md5_key(f"t{t}-{j}")
 
 
+def skey(j: int) -> bytes:
+    return kvstore.md5_key(f"shared-{j}")
+
+
 PINNED = kvstore.md5_key("pinned")
-ALL_KEYS = {tkey(t, j) for t in range(THREADS) for j in range(KEYS_PER_THREAD)} | {PINNED}
+SHARED = [skey(j) for j in range(SHARED_KEYS)]
+ALL_KEYS = (
+    {tkey(t, j) for t in range(THREADS) for j in range(KEYS_PER_THREAD)} | {PINNED} | set(SHARED)
+)
+now = time.monotonic_ns
 
 
 def run_threads(targets: list[Callable[[], None]]) -> None:
@@ -54,12 +70,25 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
         raise errors[0]
 
 
+Interval = tuple[int, int]  # (monotonic ns before the call, after it returned)
+
+
 def worker(
-    db: kvstore.Store, t: int, model: dict[bytes, bytes], done: threading.Event
+    db: kvstore.Store,
+    t: int,
+    model: dict[bytes, bytes],
+    writes: list[Interval],
+    done: threading.Event,
 ) -> Callable[[], None]:
     """A thread owning keys tkey(t, *): its model is exact whatever the other threads do."""
 
     def run() -> None:
+        try:
+            steps()
+        finally:
+            done.set()  # also on failure: the compactor waits for every thread
+
+    def steps() -> None:
         rng = random.Random(1000 + t)
         mine = [tkey(t, j) for j in range(KEYS_PER_THREAD)]
         for step in range(OPS_PER_THREAD):
@@ -67,7 +96,9 @@ def worker(
             op = rng.random()
             if op < 0.30:
                 value = rng.randbytes(rng.choice((0, 5, 60, 700)))
+                t0 = now()
                 db[key] = value
+                writes.append((t0, now()))
                 model[key] = value
             elif op < 0.50:
                 if key in model:
@@ -77,7 +108,9 @@ def worker(
                         db[key]
             elif op < 0.60:
                 if key in model:
+                    t0 = now()
                     del db[key]
+                    writes.append((t0, now()))
                     del model[key]
                 else:
                     with pytest.raises(KeyError):
@@ -87,7 +120,9 @@ def worker(
             elif op < 0.71:
                 batch = rng.sample(mine, 60) + rng.sample(mine, 5)  # vectorized path, duplicates
                 values = [rng.randbytes(rng.randrange(40)) for _ in batch]
+                t0 = now()
                 db.put_many(batch, values)
+                writes.append((t0, now()))
                 model.update(zip(batch, values, strict=True))
             elif op < 0.74:
                 got = db.contains_many(mine)
@@ -107,39 +142,172 @@ def worker(
                 db.flush()
             else:
                 db.get(key)
-        done.set()
 
     return run
 
 
-def test_eight_threads_mixing_all_operations(store_path: Path) -> None:
+@dataclass
+class RaceLog:
+    """What one racer did to the shared keys, each call with its time interval."""
+
+    writes: list[tuple[int, bytes, int, int]] = field(default_factory=list)  # key, value, t0, t1
+    reads: list[tuple[int, bytes, int, int]] = field(default_factory=list)
+
+
+def racer(db: kvstore.Store, r: int, log: RaceLog, done: threading.Event) -> Callable[[], None]:
+    """A thread writing and reading the keys every racer shares; each value is unique."""
+
+    def run() -> None:
+        try:
+            steps()
+        finally:
+            done.set()
+
+    def steps() -> None:
+        rng = random.Random(5000 + r)
+        for seq in range(OPS_PER_RACER):
+            j = rng.randrange(SHARED_KEYS)
+            op = rng.random()
+            if op < 0.45:
+                value = b"r%d:%d:" % (r, seq) + b"x" * rng.choice((0, 30, 500))
+                t0 = now()
+                db[SHARED[j]] = value
+                log.writes.append((j, value, t0, now()))
+            elif op < 0.55:
+                js = rng.sample(range(SHARED_KEYS), 3)  # distinct keys: one write each
+                values = [b"r%d:%d:%d" % (r, seq, x) for x in js]
+                t0 = now()
+                db.put_many([SHARED[x] for x in js], values)
+                t1 = now()
+                log.writes.extend((x, v, t0, t1) for x, v in zip(js, values, strict=True))
+            else:
+                t0 = now()
+                value = db[SHARED[j]]
+                log.reads.append((j, value, t0, now()))
+
+    return run
+
+
+def check_linearizable(
+    initial: dict[int, bytes], logs: list[RaceLog], final: dict[int, bytes]
+) -> None:
+    """Check the racers' shared keys against the real-time order of their calls.
+
+    A linearizable store acts as if each call took effect at one instant between
+    its start and its return. So if write x started after write w returned, x took
+    effect after w: w cannot be a key's final value, nor what a read that started
+    after x returned sees. That is all this check uses, so it is sound (it never
+    rejects a linearizable history); it is not complete (overlapping calls may be
+    ordered either way, and it accepts both). Values are unique (racer, sequence
+    number), so each value names the one call that wrote it; the initial value
+    counts as a write that returned before any racer started.
+    """
+    for j in range(SHARED_KEYS):
+        writes = [(initial[j], 0, 0)] + [
+            (v, t0, t1) for log in logs for (x, v, t0, t1) in log.writes if x == j
+        ]
+        by_value = {v: (t0, t1) for v, t0, t1 in writes}
+        assert len(by_value) == len(writes), "racer values must be unique"
+        latest_start = max(t0 for _, t0, _ in writes)
+        # The final value: a write that no other write started after.
+        assert final[j] in by_value, f"key {j}: final value {final[j][:20]!r} was never written"
+        assert by_value[final[j]][1] >= latest_start, (
+            f"key {j}: final value {final[j][:20]!r} was overwritten by a later write"
+        )
+        # Reads: the value read was written before the read returned, and not
+        # overwritten by a write that started after it and returned before the read.
+        ends = sorted((t1, t0) for _, t0, t1 in writes)
+        end_times = [t1 for t1, _ in ends]
+        start_prefix_max = list(itertools.accumulate((t0 for _, t0 in ends), max))
+        for log in logs:
+            for x, v, r0, r1 in log.reads:
+                if x != j:
+                    continue
+                assert v in by_value, f"key {j}: read {v[:20]!r}, never written"
+                w0, w1 = by_value[v]
+                assert w0 <= r1, f"key {j}: read {v[:20]!r} before it was written"
+                before = bisect.bisect_left(end_times, r0)  # writes that returned before r0
+                if before:
+                    assert start_prefix_max[before - 1] <= w1, (
+                        f"key {j}: read {v[:20]!r}, overwritten before the read began"
+                    )
+
+
+def test_threads_mixing_all_operations_while_compacting(store_path: Path) -> None:
+    """Eight owners with exact models, three racers on shared keys, and compaction
+    after compaction until every thread is done, so compaction meets a busy store."""
     models: list[dict[bytes, bytes]] = [{} for _ in range(THREADS)]
-    dones = [threading.Event() for _ in range(THREADS)]
-    compactions = [0]
+    writes: list[list[Interval]] = [[] for _ in range(THREADS)]
+    logs = [RaceLog() for _ in range(RACERS)]
+    dones = [threading.Event() for _ in range(THREADS + RACERS)]
+    compactions: list[Interval] = []
+    initial = {j: b"initial %d" % j for j in range(SHARED_KEYS)}
     with kvstore.open(store_path, buffer_size=4096) as db:
         # A key no thread deletes, so random_key always has something to return.
         db[PINNED] = b"pinned"
+        for j, value in initial.items():
+            db[SHARED[j]] = value
 
         def compactor() -> None:
-            for _ in range(COMPACTIONS):
+            while not all(d.is_set() for d in dones):
+                t0 = now()
                 db.compact()
-                compactions[0] += 1
-                if all(d.is_set() for d in dones):
-                    break
-                dones[0].wait(0.02)  # a pause, so the workers run between compactions
+                compactions.append((t0, now()))
 
-        targets = [worker(db, t, models[t], dones[t]) for t in range(THREADS)] + [compactor]
-        run_threads(targets)
-        assert compactions[0] >= 1
+        targets = [worker(db, t, models[t], writes[t], dones[t]) for t in range(THREADS)]
+        targets += [racer(db, r, logs[r], dones[THREADS + r]) for r in range(RACERS)]
+        run_threads([*targets, compactor])
+        # Compaction ran throughout, and writes landed while it was running.
+        all_writes = [w for ws in writes for w in ws] + [
+            (t0, t1) for log in logs for (_, _, t0, t1) in log.writes
+        ]
+        assert len(compactions) >= MIN_COMPACTIONS, compactions
+        first, last = min(t0 for t0, _ in all_writes), max(t1 for _, t1 in all_writes)
+        middle = (first + last) // 2
+        for lo, hi in ((first, middle), (middle, last)):  # in each half of the run
+            inside = [
+                w
+                for w in all_writes
+                if lo <= w[0] < hi and any(c0 < w[0] and w[1] < c1 for c0, c1 in compactions)
+            ]
+            assert len(inside) >= MIN_WRITES_INSIDE_COMPACTIONS, (
+                f"{len(inside)} writes inside {len(compactions)} compactions "
+                f"in {(lo - first) / 1e9:.2f}..{(hi - first) / 1e9:.2f} s"
+            )
+        final = {j: db[SHARED[j]] for j in range(SHARED_KEYS)}
+        check_linearizable(initial, logs, final)
         merged = {k: v for m in models for k, v in m.items()} | {PINNED: b"pinned"}
+        merged |= {SHARED[j]: v for j, v in final.items()}
         assert len(db) == len(merged)
         assert set(db) == set(merged)
         assert all(db[k] == v for k, v in merged.items())
         assert db.verify() == []
     with kvstore.open(store_path) as db:
         assert len(db) == len(merged)
-        assert {k: db[k] for k in db} == merged
+        assert {k: db[k] for k in db} == merged  # the files order the writes as memory did
         assert db.verify() == []
+
+
+def test_the_linearizability_check_rejects_stale_values() -> None:
+    """The check above is only useful if it fails: a final value or a read that
+    misses a write known to come later is rejected, an overlapping one is not."""
+    initial = {j: b"i%d" % j for j in range(SHARED_KEYS)}
+    log = RaceLog(writes=[(0, b"a", 10, 20), (0, b"b", 30, 40), (0, b"c", 35, 50)])
+    final = initial | {0: b"c"}
+    check_linearizable(initial, [log], final)
+    check_linearizable(initial, [log], initial | {0: b"b"})  # b and c overlap: either order
+    with pytest.raises(AssertionError, match="overwritten by a later write"):
+        check_linearizable(initial, [log], initial | {0: b"a"})
+    with pytest.raises(AssertionError, match="never written"):
+        check_linearizable(initial, [log], initial | {0: b"z"})
+    log.reads.append((0, b"a", 45, 60))  # b returned at 40: a read from 45 cannot see a
+    with pytest.raises(AssertionError, match="overwritten before the read began"):
+        check_linearizable(initial, [log], final)
+    log.reads[-1] = (0, b"c", 5, 9)  # c was written from 35
+    with pytest.raises(AssertionError, match="before it was written"):
+        check_linearizable(initial, [log], final)
+    log.reads[-1] = (0, b"a", 25, 32)  # b started at 30, had not returned: a is fine
+    check_linearizable(initial, [log], final)
 
 
 def test_readers_see_every_record_during_compaction(store_path: Path) -> None:

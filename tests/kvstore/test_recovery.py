@@ -12,6 +12,7 @@ import shutil
 import struct
 import subprocess
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +107,39 @@ def kept_after_val_cut(t: int) -> int:
     return len(OPS)
 
 
+def val_end_after(ops: list[Op], n: int) -> int:
+    """Where VAL's data ends when only ops[:n] are kept: after the last kept put."""
+    pos = end = HEADER
+    for i, op in enumerate(ops):
+        if op.value is not None:
+            pos += VHDR + len(op.value)
+            if i < n:
+                end = pos
+    return end
+
+
+def assert_recovered_exactly(
+    dest: Path, key_cut: bytes, val_cut: bytes, key_end: int, val_end: int, what: str
+) -> None:
+    """recovered/ holds the bytes recovery cut from each file, exactly, in files named
+    as FORMAT.md says (``...-at<offset>.key|.val``), and nothing when nothing was cut."""
+    rdir = dest / "recovered"
+    files = sorted(rdir.iterdir()) if rdir.exists() else []
+    got = {p.suffix: p for p in files}
+    assert len(got) == len(files), f"{what}: {files}"
+    expect = {
+        suffix: (data, end)
+        for suffix, data, end in ((".key", key_cut, key_end), (".val", val_cut, val_end))
+        if data
+    }
+    assert set(got) == set(expect), f"{what}: recovered/ holds {[p.name for p in files]}"
+    for suffix, (data, end) in expect.items():
+        assert got[suffix].read_bytes() == data, (
+            f"{what}: recovered/{got[suffix].name} is not exactly the {len(data)} cut bytes"
+        )
+        assert got[suffix].name.endswith(f"-at{end}{suffix}"), f"{what}: {got[suffix].name}"
+
+
 def data_pair(path: Path) -> tuple[Path, Path]:
     keys = sorted(path.glob("data-*.key"))
     vals = sorted(path.glob("data-*.val"))
@@ -188,11 +222,14 @@ class TestTornTail:
             expected = state_after(OPS[:n])
             dest = tmp_path / f"{which}{t}"
             torn_copy(pristine, dest, which, t)
+            torn_key, torn_val = (p.read_bytes() for p in data_pair(dest))
+            key_end, val_end = HEADER + KREC * n, val_end_after(OPS, n)
             caplog.clear()
             with caplog.at_level(logging.INFO, logger="kvstore"), kvstore.open(dest) as db:
                 assert_holds(db, expected)
-                key_file, _ = data_pair(dest)
-                assert key_file.stat().st_size == HEADER + KREC * n, f"cut {which} at {t}"
+                key_file, val_file = data_pair(dest)
+                assert key_file.stat().st_size == key_end, f"cut {which} at {t}"
+                assert val_file.stat().st_size == val_end, f"cut {which} at {t}"
                 # New writes after recovery, including one to a key whose record was cut.
                 db[k(100)] = b"after-recovery"
                 db[k(13)] = b"rewritten"
@@ -206,10 +243,9 @@ class TestTornTail:
                     if r.name.startswith("kvstore") and r.levelno >= logging.WARNING
                 ]
                 assert warned, f"dropping records at cut {which}={t} was not logged"
-                saved = [p.read_bytes() for p in (dest / "recovered").rglob("*") if p.is_file()]
-                assert any(dropped in data for data in saved), (
-                    f"cut KEY bytes not kept in recovered/ ({which}={t})"
-                )
+            assert_recovered_exactly(
+                dest, torn_key[key_end:], torn_val[val_end:], key_end, val_end, f"{which}={t}"
+            )
             expected2 = dict(expected)
             expected2[k(100)] = b"after-recovery"
             expected2[k(13)] = b"rewritten"
@@ -238,6 +274,92 @@ class TestTornTail:
             assert other.read_bytes() == other_bytes, "a readonly open changed a file"
             assert not (dest / "recovered").exists()
             shutil.rmtree(dest)
+
+
+def set_offset(key_file: Path, record: int, offset: int) -> None:
+    """Overwrite the VAL offset of KEY record ``record`` (FORMAT.md's layout)."""
+    data = bytearray(key_file.read_bytes())
+    struct.pack_into("<q", data, HEADER + KREC * record + 16, offset)
+    key_file.write_bytes(bytes(data))
+
+
+def build_store(path: Path, ops: list[Op]) -> None:
+    with kvstore.open(path) as db:
+        for op in ops:
+            if op.value is None:
+                del db[op.key]
+            else:
+                db[op.key] = op.value
+
+
+# A value that carries a well-formed record inside it, 10 bytes in: a KEY record
+# pointing there passes the CRC check, and lies after the previous record's start,
+# but overlaps it.
+INNER = b"inner value"
+CONTAINER = b"<" * 10 + struct.pack("<II", len(INNER), zlib.crc32(INNER)) + INNER + b">" * 10
+OVERLAP_OPS = [Op(k(0), CONTAINER), Op(k(1), b"the real value of k1"), Op(k(2), b"c" * 30)]
+
+
+class TestRecoveryRules:
+    """FORMAT.md's rules for an unsound record, each triggered alone: that record and
+    every one after it are dropped; a writer cuts them into recovered/ (exactly those
+    bytes); a read-only open only ignores them."""
+
+    def check(self, dest: Path, ops: list[Op], n: int, tail_check_bytes: int) -> None:
+        expected = state_after(ops[:n])
+        touched = {op.key for op in ops}
+        before = {p.name: p.read_bytes() for p in dest.iterdir() if p.is_file()}
+        with kvstore.open(dest, readonly=True, tail_check_bytes=tail_check_bytes) as ro:
+            assert {key: ro[key] for key in ro} == expected
+            assert not any(key in ro for key in touched - set(expected))
+        assert {p.name: p.read_bytes() for p in dest.iterdir() if p.is_file()} == before
+        assert not (dest / "recovered").exists()
+        key_bytes, val_bytes = (p.read_bytes() for p in data_pair(dest))
+        key_end, val_end = HEADER + KREC * n, val_end_after(ops, n)
+        with kvstore.open(dest, tail_check_bytes=tail_check_bytes) as db:
+            assert {key: db[key] for key in db} == expected
+            assert [p.stat().st_size for p in data_pair(dest)] == [key_end, val_end]
+        assert_recovered_exactly(
+            dest, key_bytes[key_end:], val_bytes[val_end:], key_end, val_end, dest.name
+        )
+        with kvstore.open(dest) as db:
+            assert {key: db[key] for key in db} == expected
+            assert db.verify() == []
+
+    # Record 10 is a put in the middle of the file. With tail_check_bytes=1 only the
+    # last record's value is checked, so nothing but the offset rule can catch it.
+    @pytest.mark.parametrize("tail_check_bytes", [1, kvstore.DEFAULT_TAIL_CHECK_BYTES])
+    @pytest.mark.parametrize("offset", [0, 8, HEADER - 1, -2, -(2**63)])
+    def test_offset_below_the_header(
+        self, pristine: Path, tmp_path: Path, offset: int, tail_check_bytes: int
+    ) -> None:
+        assert OPS[10].value is not None
+        dest = tmp_path / "store"
+        shutil.copytree(pristine, dest)
+        set_offset(data_pair(dest)[0], 10, offset)
+        self.check(dest, OPS, 10, tail_check_bytes)
+
+    @pytest.mark.parametrize("record", [24, 29])
+    def test_value_at_an_earlier_record(self, pristine: Path, tmp_path: Path, record: int) -> None:
+        """The record points at the previous put's value: a sound record, CRC and all,
+        that only the overlap rule rejects."""
+        earlier = max(i for i in range(record) if OPS[i].value is not None)
+        offset = OFFSETS[earlier]
+        assert OPS[record].value is not None and offset is not None
+        assert OPS[record].key != OPS[earlier].key
+        dest = tmp_path / "store"
+        shutil.copytree(pristine, dest)
+        set_offset(data_pair(dest)[0], record, offset)
+        self.check(dest, OPS, record, kvstore.DEFAULT_TAIL_CHECK_BYTES)
+
+    def test_value_inside_the_previous_record(self, tmp_path: Path) -> None:
+        dest = tmp_path / "store"
+        build_store(dest, OVERLAP_OPS)
+        inner = HEADER + VHDR + 10
+        _, val_file = data_pair(dest)
+        assert val_file.read_bytes()[inner + VHDR : inner + VHDR + len(INNER)] == INNER
+        set_offset(data_pair(dest)[0], 1, inner)
+        self.check(dest, OVERLAP_OPS, 1, kvstore.DEFAULT_TAIL_CHECK_BYTES)
 
 
 def flip(path: Path, byte: int, bit: int) -> None:
@@ -385,18 +507,20 @@ class TestBadHeaders:
             assert_holds(db, state_after(OPS))
 
     @pytest.mark.parametrize("which", ["key", "val"])
-    def test_bit_flips_in_version(self, pristine: Path, tmp_path: Path, which: str) -> None:
+    def test_bit_flips_in_version_read_as_a_damaged_header(
+        self, pristine: Path, tmp_path: Path, which: str
+    ) -> None:
         dest = tmp_path / "store"
         shutil.copytree(pristine, dest)
         target = data_pair(dest)[0 if which == "key" else 1]
         for bit in range(32):
             flip(target, 8 + bit // 8, bit % 8)
-            version = struct.unpack_from("<I", target.read_bytes(), 8)[0]
             for readonly in (False, True):
                 with pytest.raises(CorruptStoreError) as info:
                     kvstore.open(dest, readonly=readonly)
-                if version > 1:
-                    assert isinstance(info.value, UnsupportedVersionError), version
+                # The header checksum catches the flip: never mistaken for a newer format.
+                assert not isinstance(info.value, UnsupportedVersionError), bit
+                assert "damaged header" in str(info.value), bit
             flip(target, 8 + bit // 8, bit % 8)
         with kvstore.open(dest) as db:
             assert_holds(db, state_after(OPS))
@@ -411,6 +535,9 @@ class TestBadHeaders:
         target = data_pair(dest)[0 if which == "key" else 1]
         data = bytearray(target.read_bytes())
         struct.pack_into("<I", data, 8, 99)
+        # FORMAT.md: the checksum is the CRC32 of header bytes 0..11 and 16..23.
+        checksum = zlib.crc32(bytes(data[16:24]), zlib.crc32(bytes(data[:12])))
+        struct.pack_into("<I", data, 12, checksum)
         target.write_bytes(bytes(data))
         with pytest.raises(UnsupportedVersionError) as info:
             kvstore.open(dest, readonly=readonly)
@@ -426,25 +553,9 @@ class TestBadHeaders:
             kvstore.open(path, readonly=readonly)
 
 
-# Permission checks run in a child: as root, the kernel ignores file modes unless
-# the process gives up CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH, which the child
-# does (staying uid 0, so it can still reach pytest's 0700 temp directories).
+# Permission checks run in a child for which file modes hold (see conftest.py).
 PERMISSION_CHILD = r"""
-import ctypes, os, sys
-if os.geteuid() == 0:
-    libc = ctypes.CDLL(None, use_errno=True)
-    class Hdr(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-    class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                    ("inheritable", ctypes.c_uint32)]
-    hdr = Hdr(0x20080522, 0)
-    data = (Data * 2)()
-    if libc.capget(ctypes.byref(hdr), data) == 0:
-        mask = ~((1 << 1) | (1 << 2)) & 0xFFFFFFFF  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-        for field in ("effective", "permitted", "inheritable"):
-            setattr(data[0], field, getattr(data[0], field) & mask)
-        libc.capset(ctypes.byref(hdr), data)
+import os, sys
 probe, store, readonly = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 try:
     if os.path.isdir(probe):
@@ -474,8 +585,7 @@ class TestPermissions:
         self,
         pristine: Path,
         tmp_path: Path,
-        child_env: dict[str, str],
-        python: str,
+        unprivileged_child: Callable[..., subprocess.CompletedProcess[str]],
         what: str,
         readonly: bool,
     ) -> None:
@@ -485,12 +595,8 @@ class TestPermissions:
         target = {"directory": dest, "val-file": val_file, "key-file": key_file}[what]
         target.chmod(0)
         try:
-            out = subprocess.run(
-                [python, "-c", PERMISSION_CHILD, str(target), str(dest), "1" if readonly else "0"],
-                env=child_env,
-                capture_output=True,
-                text=True,
-                timeout=60,
+            out = unprivileged_child(
+                PERMISSION_CHILD, str(target), str(dest), "1" if readonly else "0"
             )
         finally:
             target.chmod(0o755 if what == "directory" else 0o644)

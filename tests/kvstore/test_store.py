@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import json
+import logging
 import os
-import resource
-import signal
 import struct
+import subprocess
 import zlib
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -538,8 +539,10 @@ class TestOnDiskLayout:
         assert val_file.stem == key_file.stem
         gen = int(key_file.stem[5:])
         kb, vb = key_file.read_bytes(), val_file.read_bytes()
-        assert kb[:24] == struct.pack("<8sIIQ", b"KVSTKEY\n", 1, 0, gen)
-        assert vb[:24] == struct.pack("<8sIIQ", b"KVSTVAL\n", 1, 0, gen)
+        for data, magic in ((kb, b"KVSTKEY\n"), (vb, b"KVSTVAL\n")):
+            # version 2; bytes 12..15: CRC32 of header bytes 0..11 and 16..23
+            head, tail = struct.pack("<8sI", magic, 2), struct.pack("<Q", gen)
+            assert data[:24] == head + struct.pack("<I", zlib.crc32(tail, zlib.crc32(head))) + tail
         assert len(kb) == 24 + 4 * 24
         offsets = []
         pos = 24
@@ -553,29 +556,250 @@ class TestOnDiskLayout:
         assert recs == [(k(0), offsets[0]), (k(1), offsets[1]), (k(2), offsets[2]), (k(0), -1)]
 
 
+# A child hits a real file size limit (RLIMIT_FSIZE stands in for a full disk: the
+# kernel writes up to the limit, then refuses with EFBIG), so the flush that fails
+# has really written part of its bytes, and the parent's own writes are not limited.
+FLUSH_FAILURE_CHILD = r"""
+import glob, json, os, resource, signal, sys
+import kvstore
+path, which, then, limit = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def sizes():
+    (key,) = glob.glob(os.path.join(path, "data-*.key"))
+    (val,) = glob.glob(os.path.join(path, "data-*.val"))
+    return [os.path.getsize(key), os.path.getsize(val)]
+pending = json.loads(sys.argv[5])
+db = kvstore.open(path)
+db[b"k" * 16] = b"first"
+db.flush()
+out = {"good": sizes()}
+for key, value in pending:
+    db[bytes.fromhex(key)] = bytes.fromhex(value)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+try:
+    db.flush()
+    out["error"] = None
+except OSError as exc:
+    out["error"] = exc.errno
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+out["after_failure"] = sizes()
+out["readable"] = all(db[bytes.fromhex(k)] == bytes.fromhex(v) for k, v in pending)
+if then == "abandon":
+    db.abandon()
+    out["after_abandon"] = sizes()
+else:
+    db.flush()
+    out["after_retry"] = sizes()
+    db.close()
+print(json.dumps(out))
+"""
+
+FLUSH_LIMIT = 4096
+
+
+def failing_batch(which: str) -> list[tuple[bytes, bytes]]:
+    """The writes buffered when the limit is hit: VAL crosses it, or only KEY does
+    (empty values: 24 KEY bytes a record against 8 VAL bytes)."""
+    if which == "val":
+        return [(b"j" * 16, b"x" * 8192)]
+    return [(k(i), b"") for i in range(200)]
+
+
+@pytest.mark.parametrize("then", ["abandon", "retry"])
+@pytest.mark.parametrize("which", ["val", "key"])
 def test_a_failed_flush_writes_nothing_partial_and_abandon_drops_the_buffer(
     tmp_path: Path,
+    python: str,
+    child_env: dict[str, str],
+    caplog: pytest.LogCaptureFixture,
+    which: str,
+    then: str,
 ) -> None:
-    """What an embedder with several stores relies on after a full disk (EFBIG from a
-    file size limit stands in for ENOSPC): the files keep the last good flush, the
-    buffer survives the failure, and abandon() closes without writing it later."""
+    """What an embedder with several stores relies on after a full disk: the files
+    keep exactly the last good flush (sizes checked before any reopen, so recovery
+    cannot hide stray bytes), the buffer survives the failure, abandon() closes
+    without writing it, a retry once space is back writes it whole, and no open
+    afterwards has anything to recover."""
     path = tmp_path / "s"
-    store = kvstore.open(path)
-    store[b"k" * 16] = b"first"
-    store.flush()
-    store[b"j" * 16] = b"x" * 8192
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
-        with pytest.raises(OSError):
-            store.flush()
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, old)
-    assert store[b"j" * 16] == b"x" * 8192  # still readable from the kept buffer
-    store.abandon()
-    store.abandon()  # idempotent
-    with kvstore.open(path) as again:
-        assert dict(again.items()) == {b"k" * 16: b"first"}
+    batch = failing_batch(which)
+    out = subprocess.run(
+        [
+            python,
+            "-c",
+            FLUSH_FAILURE_CHILD,
+            str(path),
+            which,
+            then,
+            str(FLUSH_LIMIT),
+            json.dumps([[key.hex(), value.hex()] for key, value in batch]),
+        ],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    good_key, good_val = res["good"]
+    assert (good_key, good_val) == (24 + 24, 24 + 8 + 5)
+    key_bytes = 24 * len(batch)
+    val_bytes = sum(8 + len(value) for _, value in batch)
+    # The failing write is a real partial one: it starts below the limit and ends past it.
+    if which == "val":
+        assert good_val < FLUSH_LIMIT < good_val + val_bytes
+    else:
+        assert good_val + val_bytes <= FLUSH_LIMIT  # VAL's write succeeds...
+        assert good_key < FLUSH_LIMIT < good_key + key_bytes  # ...KEY's is cut short
+    assert res["error"] == 27  # EFBIG
+    assert res["after_failure"] == [good_key, good_val], "a failed flush left bytes behind"
+    assert res["readable"], "the buffered writes were lost by the failed flush"
+    if then == "abandon":
+        assert res["after_abandon"] == [good_key, good_val]
+        expected = {b"k" * 16: b"first"}
+    else:
+        assert res["after_retry"] == [good_key + key_bytes, good_val + val_bytes]
+        expected = {b"k" * 16: b"first", **dict(batch)}
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvstore"), kvstore.open(path) as again:
+        assert dict(again.items()) == expected
         assert again.verify() == []
+    assert not (path / "recovered").exists(), "the next open had to recover a torn flush"
+    assert not [r for r in caplog.records if r.name.startswith("kvstore")], caplog.text
+
+
+def test_sync_fsyncs_both_files_after_the_last_write(
+    store_path: Path, data_files, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sync() is what survives a power loss: it must fsync the KEY and the VAL file,
+    once they hold the last write (a spy records which file each fsync reached and
+    its size then, and calls the real fsync)."""
+    real_fsync = os.fsync
+    synced: list[tuple[str, int]] = []
+
+    def spy(fd: int) -> None:
+        fd = fd if isinstance(fd, int) else fd.fileno()
+        synced.append((os.path.basename(os.readlink(f"/proc/self/fd/{fd}")), os.fstat(fd).st_size))
+        real_fsync(fd)
+
+    with kvstore.open(store_path) as db:
+        db[k(1)] = b"a" * 100
+        db.flush()
+        db[k(2)] = b"b" * 50  # still buffered: sync must write it, then fsync
+        del db[k(1)]
+        monkeypatch.setattr(os, "fsync", spy)
+        db.sync()
+        monkeypatch.undo()
+        key_file, val_file = data_files(store_path)
+        key_size, val_size = 24 + 3 * 24, 24 + (8 + 100) + (8 + 50)
+        assert (key_file.stat().st_size, val_file.stat().st_size) == (key_size, val_size)
+        assert (key_file.name, key_size) in synced, synced
+        assert (val_file.name, val_size) in synced, synced
+
+
+def _all_error_classes() -> set[type[KVStoreError]]:
+    return {
+        cls
+        for cls in vars(kvstore.exceptions).values()
+        if isinstance(cls, type) and issubclass(cls, KVStoreError) and cls is not KVStoreError
+    }
+
+
+# Each deliberate error, provoked for real. The permission case runs in a child for
+# which file modes hold (as root, it drops the capabilities that bypass them).
+PERMISSION_ERROR_CHILD = r"""
+import os, sys
+import kvstore
+store = sys.argv[1]
+try:
+    os.listdir(store)
+    print("PERMISSIONS-NOT-ENFORCED")
+    sys.exit(0)
+except PermissionError:
+    pass
+try:
+    kvstore.open(store)
+    print("OPENED")
+except BaseException as exc:
+    print(type(exc).__name__, isinstance(exc, kvstore.exceptions.KVStoreError))
+"""
+
+
+class TestEveryDeliberateErrorIsAKVStoreError:
+    CASES = [
+        "InvalidKeyError",
+        "ValueTooLargeError",
+        "StoreClosedError",
+        "ReadOnlyError",
+        "StoreLockedError",
+        "StoreNotFoundError",
+        "NotAStoreError",
+        "StorePermissionError",
+        "CorruptStoreError",
+        "UnsupportedVersionError",
+    ]
+
+    def test_the_cases_cover_every_error_class(self) -> None:
+        assert {getattr(kvstore.exceptions, name) for name in self.CASES} == _all_error_classes()
+
+    def provoke(self, name: str, tmp_path: Path, unprivileged_child, data_files) -> BaseException:
+        path = tmp_path / "store"
+        with kvstore.open(path) as db:
+            db[k(1)] = b"one"
+            db[k(2)] = b"two"
+        key_file, val_file = data_files(path)
+        if name == "StorePermissionError":
+            path.chmod(0)
+            try:
+                out = unprivileged_child(PERMISSION_ERROR_CHILD, str(path))
+            finally:
+                path.chmod(0o755)
+            assert out.returncode == 0, out.stderr
+            if out.stdout.strip() == "PERMISSIONS-NOT-ENFORCED":
+                pytest.skip("this environment cannot drop the capabilities that bypass modes")
+            assert out.stdout.split() == ["StorePermissionError", "True"], out.stdout
+            return kvstore.exceptions.StorePermissionError(13, "reported by the child")
+        with pytest.raises(Exception) as info:  # noqa: B017 - the class is checked below
+            if name == "InvalidKeyError":
+                with kvstore.open(path) as db:
+                    db[b"short"] = b"x"
+            elif name == "ValueTooLargeError":
+                with kvstore.open(path, max_value_size=10) as db:
+                    db[k(3)] = b"x" * 11
+            elif name == "StoreClosedError":
+                db = kvstore.open(path)
+                db.close()
+                db[k(1)]
+            elif name == "ReadOnlyError":
+                with kvstore.open(path, readonly=True) as ro:
+                    ro[k(3)] = b"x"
+            elif name == "StoreLockedError":
+                with kvstore.open(path):
+                    kvstore.open(path)
+            elif name == "StoreNotFoundError":
+                kvstore.open(tmp_path / "missing", readonly=True)
+            elif name == "NotAStoreError":
+                (tmp_path / "file").write_bytes(b"x")
+                kvstore.open(tmp_path / "file")
+            elif name == "CorruptStoreError":
+                data = bytearray(val_file.read_bytes())
+                data[24 + 8] ^= 1  # k(1)'s value, outside the tail checked on open
+                val_file.write_bytes(bytes(data))
+                with kvstore.open(path, readonly=True, tail_check_bytes=0) as ro:
+                    ro[k(1)]
+            elif name == "UnsupportedVersionError":
+                data = bytearray(key_file.read_bytes())
+                struct.pack_into("<I", data, 8, 99)
+                head = bytes(data[16:24]), bytes(data[:12])  # the header checksum's bytes
+                struct.pack_into("<I", data, 12, zlib.crc32(head[0], zlib.crc32(head[1])))
+                key_file.write_bytes(bytes(data))
+                kvstore.open(path)
+        return info.value
+
+    @pytest.mark.parametrize("name", CASES)
+    def test_error_is_a_kvstore_error(
+        self, tmp_path: Path, unprivileged_child, data_files, name: str
+    ) -> None:
+        exc = self.provoke(name, tmp_path, unprivileged_child, data_files)
+        assert type(exc) is getattr(kvstore.exceptions, name)
+        assert isinstance(exc, KVStoreError)
