@@ -196,6 +196,7 @@ def _load(
     return index
 
 
-def _stale(path: str, why: str) -> None:
+def _stale(path: str, why: str) -> HashIndex | None:
+    """Log why the saved index is not used; always None (so loaders can return it)."""
     log.info("%s: saved index not used (%s); rebuilding it from the KEY file", path, why)
     return None

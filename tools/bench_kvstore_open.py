@@ -85,11 +85,19 @@ def _worker(op: str, path: str, n: int) -> dict[str, Any]:
         after = bu.rss_bytes()
         index_bytes = int(db.index_stats()["memory_bytes"])
         db.close()
-        return {"op": op, "backend": backend, "n": n, "rate": n / dt, "seconds": dt,
-                "index_bytes": index_bytes, "index_per_key": index_bytes / n,
-                "after_net": after - base, "peak_net": peak.peak - base,
-                "after_vs_index": (after - base) / index_bytes,
-                "peak_vs_index": (peak.peak - base) / index_bytes}
+        return {
+            "op": op,
+            "backend": backend,
+            "n": n,
+            "rate": n / dt,
+            "seconds": dt,
+            "index_bytes": index_bytes,
+            "index_per_key": index_bytes / n,
+            "after_net": after - base,
+            "peak_net": peak.peak - base,
+            "after_vs_index": (after - base) / index_bytes,
+            "peak_vs_index": (peak.peak - base) / index_bytes,
+        }
     gc.collect()
     base = bu.rss_bytes()
     t0 = time.perf_counter()
@@ -100,20 +108,30 @@ def _worker(op: str, path: str, n: int) -> dict[str, Any]:
     count = len(db)
     index_bytes = int(db.index_stats()["memory_bytes"])
     db.close()
-    return {"op": op, "backend": backend, "n": count, "rate": count / dt, "seconds": dt,
-            "rss_per_key_net": (after - base) / count, "peak_per_key_net": (peak.peak - base) / count,
-            "rss_per_key": after / count, "index_per_key": index_bytes / count}
+    return {
+        "op": op,
+        "backend": backend,
+        "n": count,
+        "rate": count / dt,
+        "seconds": dt,
+        "rss_per_key_net": (after - base) / count,
+        "peak_per_key_net": (peak.peak - base) / count,
+        "rss_per_key": after / count,
+        "index_per_key": index_bytes / count,
+    }
 
 
 def _run(op: str, path: str, n: int, timeout: float) -> dict[str, Any]:
     rec: dict[str, Any] = bu.run_worker(
-        [__file__, "--worker", op, "--path", path, "--n", str(n)],
-        timeout=timeout)
+        [__file__, "--worker", op, "--path", path, "--n", str(n)], timeout=timeout
+    )
     return rec
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--dir", help="where the store is built (default: a temp dir, removed)")
@@ -146,19 +164,34 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.dir:
             shutil.rmtree(top, ignore_errors=True)
-    med = {op: {k: statistics.median(r[k] for r in rs) for k in rs[0] if isinstance(rs[0][k], float | int)}
-           for op, rs in runs.items() if rs}
+    med = {
+        op: {
+            k: statistics.median(r[k] for r in rs)
+            for k in rs[0]
+            if isinstance(rs[0][k], float | int)
+        }
+        for op, rs in runs.items()
+        if rs
+    }
     backend = runs["bulk"][0]["backend"] if runs["bulk"] else "?"
     print(f"kvstore {backend} backend, N={args.n:,}, medians of {args.repeat}")
     b = med["bulk"]
-    print(f"bulk put_many      {b['rate'] / 1e6:6.2f} M keys/s   index {b['index_per_key']:.1f} B/key   "
-          f"RSS after {b['after_vs_index']:.2f}x index   peak {b['peak_vs_index']:.2f}x index")
+    print(
+        f"bulk put_many      {b['rate'] / 1e6:6.2f} M keys/s   "
+        f"index {b['index_per_key']:.1f} B/key   RSS after {b['after_vs_index']:.2f}x index   "
+        f"peak {b['peak_vs_index']:.2f}x index"
+    )
     for op in ("open_saved", "open_rebuild"):
         o = med[op]
-        print(f"{op:<18} {o['rate'] / 1e6:6.2f} M records/s   RSS {o['rss_per_key_net']:.1f} B/key net "
-              f"({o['rss_per_key']:.1f} plain, peak {o['peak_per_key_net']:.1f} net, index {o['index_per_key']:.1f})")
+        print(
+            f"{op:<18} {o['rate'] / 1e6:6.2f} M records/s   "
+            f"RSS {o['rss_per_key_net']:.1f} B/key net ({o['rss_per_key']:.1f} plain, "
+            f"peak {o['peak_per_key_net']:.1f} net, index {o['index_per_key']:.1f})"
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({"n": args.n, "runs": runs, "medians": med}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"n": args.n, "runs": runs, "medians": med}, indent=1)
+        )
     return 0
 
 
