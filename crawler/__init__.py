@@ -6,8 +6,10 @@ only from its own layer, the layers below it, and the shared ``config`` and
 
 - ``web``: pure parsing, no I/O (URLs, links, robots.txt rules);
 - ``net``: sockets (DNS cache, connections, fetch, watchdog);
-- ``state``: crawl state on kvstore (frontier, page records, bad hosts);
-- ``run``: the running crawl, threads (engine, politeness, status, robots cache);
+- ``state``: crawl state on kvstore (frontier, page records, bad hosts, shard layout,
+  outbox);
+- ``run``: the running crawl, threads and processes (engine, politeness, status, robots
+  cache, shards, the link exchange, the supervisor);
 - ``read``: what reads a crawl on disk (listing, export);
 - ``cli``: the command line, on top.
 """

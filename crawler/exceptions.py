@@ -66,3 +66,28 @@ class DiskFullError(DataDirError):
         )
         self.data_dir = data_dir
         self.errno = cause.errno
+
+
+class ShardCountError(ConfigError):
+    """``--processes`` differs from the shard count recorded in the data directory
+    (shards.json): a crawl keeps the count it was created with."""
+
+    def __init__(self, data_dir: str, recorded: int, requested: int) -> None:
+        super().__init__(
+            f"{data_dir}: this crawl has {recorded} shard(s) (shards.json), not {requested}: "
+            f"resume it with --processes {recorded}, or without --processes"
+        )
+        self.data_dir = data_dir
+        self.recorded = recorded
+        self.requested = requested
+
+
+class ExchangeError(CrawlerError):
+    """A batch of links could not be handed to its shard now (the shard is down,
+    restarting, stopping, or did not answer in time). The sender keeps the batch
+    in its outbox and tries again later; nothing is lost."""
+
+    def __init__(self, dest: int, reason: str) -> None:
+        super().__init__(f"shard {dest}: {reason}")
+        self.dest = dest
+        self.reason = reason

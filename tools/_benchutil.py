@@ -229,7 +229,9 @@ def run_measured(cmd: Sequence[str], *, cwd: str | os.PathLike[str] | None = Non
     while the child runs. Not ``ru_maxrss``: Linux carries the *parent's* RSS high-water mark
     into a child across fork (vfork) + exec, so a benchmark parent holding a 400 MB site
     would floor every child's ``ru_maxrss`` at 400 MB (kept as ``ru_maxrss_bytes``, for
-    reference). CPU comes from ``os.wait4``, which gives this one child's rusage.
+    reference). ``tree_peak_rss_bytes`` is the largest sum of VmRSS over the child and
+    its descendants seen at one poll (a sharded crawler's whole process tree). CPU comes
+    from ``os.wait4``: this child's rusage, which includes the descendants it reaped.
     Descendants (e.g. a crawler started by a wrapper) are polled too and reported in
     ``descendants`` as ``{"pid", "cmd", "peak_rss_bytes"}``. Output goes to files, never to
     a pipe that could fill. Past ``timeout`` the child is killed (by its pid) and
@@ -240,6 +242,7 @@ def run_measured(cmd: Sequence[str], *, cwd: str | os.PathLike[str] | None = Non
     peaks: dict[int, int] = {}
     cmds: dict[int, str] = {}
     at_peak: dict[str, int] = {}  # the child's RSS split when its RSS was highest
+    tree_peak = 0  # the largest sum of VmRSS over the child and its descendants at one poll
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         started = time.monotonic()
         proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=out, stderr=err)
@@ -250,16 +253,19 @@ def run_measured(cmd: Sequence[str], *, cwd: str | os.PathLike[str] | None = Non
                 if pid:
                     break
                 todo = [proc.pid]
+                tree = 0
                 while todo:
                     p = todo.pop()
                     vm = _vm_status(p)
                     if vm:
+                        tree += vm.get("VmRSS", 0)
                         peaks[p] = max(peaks.get(p, 0), vm["VmHWM"])
                         if p not in cmds:
                             cmds[p] = _cmdline(p)
                         if p == proc.pid and vm.get("VmRSS", 0) >= at_peak.get("VmRSS", 0):
                             at_peak = vm
                     todo += _child_pids(p)
+                tree_peak = max(tree_peak, tree)
                 if timeout is not None and time.monotonic() - started > timeout and not timed_out:
                     timed_out = True
                     proc.kill()
@@ -276,6 +282,7 @@ def run_measured(cmd: Sequence[str], *, cwd: str | os.PathLike[str] | None = Non
         "timed_out": timed_out,
         "wall_s": round(wall, 3),
         "peak_rss_bytes": peaks.get(proc.pid, maxrss),
+        "tree_peak_rss_bytes": tree_peak or peaks.get(proc.pid, maxrss),
         "ru_maxrss_bytes": maxrss,
         "rss_anon_at_peak_bytes": at_peak.get("RssAnon"),
         "rss_file_at_peak_bytes": at_peak.get("RssFile"),

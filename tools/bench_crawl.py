@@ -6,6 +6,8 @@ Usage (from the repository root; needs nginx: ``apt-get install -y nginx-light``
     python tools/bench_crawl.py --pages 2000 --hosts 5 --concurrency 8 --repeat 1   # a quick look
     python tools/bench_crawl.py --crawlers ours --no-flatness --profile
     python tools/bench_crawl.py --threads-test --crawlers none --no-flatness   # 5,000 threads
+    python tools/bench_crawl.py --processes 1,2,3 --crawlers ours,wget --concurrency 64 \
+        --repeat 1 --no-flatness          # shards side by side, wget as the C reference
 
 Method. The fault-free test web (``SiteConfig(pages, hosts, seed=0, crawl_delay=0)``; the
 last host is HTTPS) is exported as static files and served by nginx on loopback
@@ -24,14 +26,22 @@ crawler stores every page in MainDB as it always does (zlib-compressed bodies): 
 more work per page. Scrapy runs in a benchmark-only venv (``--scrapy-venv``, created with
 ``python -m venv`` + ``pip install scrapy dnspython`` on first use).
 
-Reported per crawler and concurrency (medians over ``--repeat`` runs):
+Ours runs once per ``--processes`` value (default: the CPUs; ``--threads`` is the total
+over the shards). wget (``--crawlers ...,wget``) is the single-threaded C reference: one
+connection, robots.txt obeyed, every test host spanned, reaching nginx as an HTTP proxy
+for both schemes (so it never resolves a name: the HTTPS host is out of its reach and
+counts against its oracle share); it runs once per repeat, at concurrency 1.
+
+Reported per crawler, process count and concurrency (medians over ``--repeat`` runs):
   pages/s        responses fetched (any status, robots.txt excluded) / crawl seconds
                  (ours: the engine's run time from its summary line; Scrapy: its
                  elapsed_time_seconds); interpreter start-up is outside both
-  peak RSS       VmHWM of the crawler process, polled from /proc while it runs (its
-                 ``ru_maxrss`` would be floored at this script's RSS: Linux carries the
+  peak RSS       ours: the largest sum of VmRSS over the whole process tree (supervisor
+                 and shards), polled from /proc while it runs; peers: VmHWM of the process
+                 (``ru_maxrss`` would be floored at this script's RSS: Linux carries the
                  parent's high-water mark across fork + exec)
-  CPU ms/page    (user + system CPU of the process) / responses fetched
+  CPU ms/page    (user + system CPU of the process and the children it reaped: the
+                 shards) / responses fetched
   oracle share   |fetched URLs ∩ oracle| / |oracle|, oracle = ``web.oracle.crawl()`` with robots
                  obeyed (ours: the URLs of MainDB records with a response; Scrapy: every
                  response off the wire, from its ``response_downloaded`` signal)
@@ -74,6 +84,7 @@ except ModuleNotFoundError:  # run as a script: make the repository root importa
 
 import kvstore
 from crawler.state.pages import decode_page
+from crawler.state.shards import shard_dirs
 from tools.measure_crawl import crawl_command
 from tools.testweb.dnsserver import DNSServer
 from tools.testweb.export import export
@@ -218,11 +229,14 @@ def run_ours(
     max_pages: int | None,
     tag: str,
     wrapper: list[str] | None = None,
+    processes: int = 1,
 ) -> dict[str, Any]:
+    tag = f"p{processes}-{tag}"
     data = work / f"ours-{tag}"
     shutil.rmtree(data, ignore_errors=True)
     web = cast("TestWeb", site.web)  # crawl_command reads seed_url, nameserver and ca_file only
-    opts = ["--threads", str(n), "--per-host", str(per_host), "--delay", "0", "--timeout", "30"]
+    opts = ["--threads", str(n), "--per-host", str(per_host), "--delay", "0", "--timeout", "30",
+            "--processes", str(processes)]
     cmd = crawl_command(web, data, *opts, "--quiet")
     if max_pages:
         cmd += ["--max-pages", str(max_pages)]
@@ -242,16 +256,21 @@ def run_ours(
         raise bu.WorkerError(f"our crawler failed ({m['returncode']}): {err.read_text()[-2000:]}")
     summary = json.loads(line.split(": ", 1)[1])
     urls: list[str] = []
-    with kvstore.open(data / "main", readonly=True) as main:
-        for k in main:
-            rec = decode_page(main[k], with_body=False)
-            if rec.status:
-                urls.append(rec.url)
+    for shard in shard_dirs(str(data)):
+        with kvstore.open(os.path.join(shard, "main"), readonly=True) as main:
+            for k in main:
+                rec = decode_page(main[k], with_body=False)
+                if rec.status:
+                    urls.append(rec.url)
     shutil.rmtree(data, ignore_errors=True)
     fetched = int(summary["fetched"])
     return {
         **m,
+        # the whole process tree (supervisor and shards) at its largest
+        "peak_rss_bytes": m["tree_peak_rss_bytes"],
+        "main_peak_rss_bytes": m["peak_rss_bytes"],
         "crawler": "ours",
+        "processes": processes,
         "concurrency": n,
         "per_host": per_host,
         "max_pages": max_pages,
@@ -262,6 +281,67 @@ def run_ours(
         "cpu_s_per_page": m["cpu_s"] / max(1, fetched),
         "oracle_share": site.share(canonical(urls)),
         "outcomes": summary["outcomes"],
+        "load_before": load,
+        "git": bu.git_revision(REPO),
+    }
+
+
+def run_wget(site: ServedSite, work: Path, tag: str) -> dict[str, Any]:
+    """wget's recursive crawl of the same site: single-threaded C, one connection, robots.txt
+    obeyed, every test host spanned. wget cannot use our DNS server, so it reaches the
+    hosts through nginx as an HTTP proxy (nginx serves absolute-form requests by their
+    host): the HTTPS host is out of its reach (it would need CONNECT, which nginx refuses),
+    a share it misses. Both proxies point at nginx and no_proxy is unset, so wget never
+    resolves a name itself: nothing leaves loopback."""
+    wget = shutil.which("wget")
+    if wget is None:
+        raise bu.WorkerError("wget is not installed (apt-get install -y wget)")
+    files = work / f"wget-{tag}"
+    shutil.rmtree(files, ignore_errors=True)
+    proxy = f"http://127.0.0.1:{site.http_port}/"
+    cmd = [
+        wget, "--recursive", "--level=inf", "--span-hosts", "--domains=" + ",".join(site.hosts),
+        "-e", "robots=on", "-e", "use_proxy=yes", "-e", f"http_proxy={proxy}",
+        "-e", f"https_proxy={proxy}", "-e", "no_proxy=",
+        "--no-verbose", "--delete-after", "--tries=1", "--timeout=30",
+        "--directory-prefix", str(files), site.seed_url,
+    ]
+    out, err = work / f"wget-{tag}.out", work / f"wget-{tag}.err"
+    load = bu.loadavg()
+    env = {k: v for k, v in child_env().items() if k.lower() != "no_proxy"}
+    m = bu.run_measured(cmd, cwd=work, env=env, timeout=RUN_TIMEOUT,
+                        stdout_path=out, stderr_path=err)
+    urls: list[str] = []
+    statuses: Counter[str] = Counter()
+    for line in err.read_text(errors="replace").splitlines():
+        # "2024-01-01 12:00:00 URL:http://h0.test:8080/p/1 [1234/1234] -> "..." [1]"
+        # and "http://h0.test:8080/x: 2024-01-01 12:00:00 ERROR 404: Not Found."
+        if " URL:" in line:
+            url = line.split(" URL:", 1)[1].split(" ", 1)[0]
+            statuses["200"] += 1
+        elif " ERROR " in line and line.startswith("http"):
+            url = line.split(": ", 1)[0]
+            statuses[line.rsplit(" ERROR ", 1)[1].split(":", 1)[0]] += 1
+        else:
+            continue
+        if not url.endswith("/robots.txt"):
+            urls.append(url)
+    shutil.rmtree(files, ignore_errors=True)
+    fetched = len(urls)
+    return {
+        **m,
+        "crawler": "wget",
+        "processes": 1,
+        "concurrency": 1,
+        "per_host": 1,
+        "max_pages": None,
+        "fetched": fetched,
+        "crawl_s": m["wall_s"],
+        "complete": m["returncode"] in (0, 4, 8),  # 8: some server said 404 (expected)
+        "pages_per_s": fetched / max(1e-9, m["wall_s"]),
+        "cpu_s_per_page": m["cpu_s"] / max(1, fetched),
+        "oracle_share": site.share(canonical(urls)),
+        "outcomes": dict(statuses),
         "load_before": load,
         "git": bu.git_revision(REPO),
     }
@@ -329,6 +409,7 @@ def run_scrapy(
     return {
         **m,
         "crawler": "scrapy",
+        "processes": 1,
         "concurrency": n,
         "per_host": per_host,
         "max_pages": max_pages,
@@ -348,14 +429,16 @@ def run_scrapy(
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    groups: dict[tuple[str, int, int | None], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, int, int, int | None], list[dict[str, Any]]] = {}
     for r in runs:
-        groups.setdefault((r["crawler"], r["concurrency"], r["max_pages"]), []).append(r)
+        key = (r["crawler"], r.get("processes", 1), r["concurrency"], r["max_pages"])
+        groups.setdefault(key, []).append(r)
     out = []
-    for (crawler, n, max_pages), rs in groups.items():
+    for (crawler, processes, n, max_pages), rs in groups.items():
         out.append(
             {
                 "crawler": crawler,
+                "processes": processes,
                 "concurrency": n,
                 "per_host": rs[0]["per_host"],
                 "max_pages": max_pages,
@@ -371,22 +454,32 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def ratios(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    by = {(s["crawler"], s["concurrency"]): s for s in summary if s["max_pages"] is None}
+    """Ours (each process count) against each peer: Scrapy at the same concurrency,
+    wget (one connection: its only setting) at any."""
+    full = [s for s in summary if s["max_pages"] is None]
     out = []
-    for (crawler, n), ours in sorted(by.items()):
-        peer = by.get(("scrapy", n))
-        if crawler != "ours" or peer is None:
-            continue
-        out.append(
-            {
-                "concurrency": n,
-                "pages_per_s": ours["pages_per_s"] / max(1e-9, peer["pages_per_s"]),
-                "peak_rss": ours["peak_rss_bytes"] / max(1, peer["peak_rss_bytes"]),
-                "cpu_s_per_page": ours["cpu_s_per_page"] / max(1e-12, peer["cpu_s_per_page"]),
-                "oracle_share": ours["oracle_share"] / max(1e-9, peer["oracle_share"]),
-            }
-        )
+    for ours in sorted((s for s in full if s["crawler"] == "ours"),
+                       key=lambda s: (s["concurrency"], s["processes"])):
+        n = ours["concurrency"]
+        for peer in full:
+            if peer["crawler"] == "scrapy" and peer["concurrency"] != n:
+                continue
+            if peer["crawler"] not in ("scrapy", "wget"):
+                continue
+            out.append(_ratio(ours, peer))
     return out
+
+
+def _ratio(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "concurrency": ours["concurrency"],
+        "processes": ours["processes"],
+        "peer": peer["crawler"],
+        "pages_per_s": ours["pages_per_s"] / max(1e-9, peer["pages_per_s"]),
+        "peak_rss": ours["peak_rss_bytes"] / max(1, peer["peak_rss_bytes"]),
+        "cpu_s_per_page": ours["cpu_s_per_page"] / max(1e-12, peer["cpu_s_per_page"]),
+        "oracle_share": ours["oracle_share"] / max(1e-9, peer["oracle_share"]),
+    }
 
 
 def tables(result: dict[str, Any]) -> str:
@@ -394,6 +487,7 @@ def tables(result: dict[str, Any]) -> str:
     rows = [
         [
             s["crawler"],
+            str(s.get("processes", 1)),
             str(s["concurrency"]),
             str(s["per_host"]),
             f"{s['fetched']:.0f}",
@@ -411,6 +505,7 @@ def tables(result: dict[str, Any]) -> str:
             bu.markdown_table(
                 [
                     "crawler",
+                    "processes",
                     "concurrency",
                     "per host",
                     "fetched",
@@ -427,15 +522,19 @@ def tables(result: dict[str, Any]) -> str:
         parts.append(
             bu.markdown_table(
                 [
-                    "concurrency",
-                    "pages/s ours/scrapy",
-                    "peak RSS ours/scrapy",
-                    "CPU/page ours/scrapy",
-                    "oracle share ours/scrapy",
+                    "ours: concurrency",
+                    "processes",
+                    "peer",
+                    "pages/s ours/peer",
+                    "peak RSS ours/peer",
+                    "CPU/page ours/peer",
+                    "oracle share ours/peer",
                 ],
                 [
                     [
                         str(r["concurrency"]),
+                        str(r["processes"]),
+                        r["peer"],
                         f"{r['pages_per_s']:.2f}x",
                         f"{r['peak_rss']:.2f}x",
                         f"{r['cpu_s_per_page']:.2f}x",
@@ -504,10 +603,13 @@ def tables(result: dict[str, Any]) -> str:
 
 
 def flatness(
-    site: ServedSite, work: Path, points: list[int], n: int, per_host: int, repeat: int
+    site: ServedSite, work: Path, points: list[int], n: int, per_host: int, repeat: int,
+    processes: int = 1,
 ) -> dict[str, Any]:
     runs = [
-        run_ours(site, work, n, per_host, p, f"flat-{p}-{i}") for i in range(repeat) for p in points
+        run_ours(site, work, n, per_host, p, f"flat-{p}-{i}", processes=processes)
+        for i in range(repeat)
+        for p in points
     ]
     for r in runs:
         log(f"  flatness --max-pages {r['max_pages']}: {bu.fmt_bytes(r['peak_rss_bytes'])}")
@@ -524,6 +626,7 @@ def flatness(
         )
     return {
         "concurrency": n,
+        "processes": processes,
         "points": pts,
         "runs": runs,
         "ratio": pts[-1]["peak_rss_bytes"] / max(1, pts[0]["peak_rss_bytes"]),
@@ -559,7 +662,11 @@ def threads_test(
     r = json.loads(out.read_text())
     # measure_crawl's peak_rss_mb is ru_maxrss, floored at its own (test web) RSS; the
     # crawler's VmHWM, polled while it runs, is its true peak.
-    crawler_rss = [d["peak_rss_bytes"] for d in m["descendants"] if "crawler start" in d["cmd"]]
+    # the supervisor and its shards (the sum of their peaks bounds the tree's peak)
+    crawler_rss = [
+        sum(d["peak_rss_bytes"] for d in m["descendants"]
+            if "crawler start" in d["cmd"] or "crawler.run.shard" in d["cmd"])
+    ]
     per_page = cpu_s_per_page or r["cpu_s"] / max(1, r["fetched"])
     ideal = min(args.tt_threads / args.tt_slow, 1 / per_page)
     return {
@@ -574,7 +681,7 @@ def threads_test(
         "cpu_s_per_page_used": per_page,
         "ideal_pages_per_s": ideal,
         "achieved_over_ideal": r["pages_per_s"] / ideal,
-        "peak_rss_bytes": max(crawler_rss, default=int(r["peak_rss_mb"] * 1024 * 1024)),
+        "peak_rss_bytes": max(crawler_rss) or int(r["peak_rss_mb"] * 1024 * 1024),
         "cpu_s_per_page": r["cpu_s"] / max(1, r["fetched"]),
         "measure_crawl": r,
     }
@@ -586,14 +693,19 @@ def _frame_name(frame: str) -> str:
     return f"{name} ({where.rsplit(':', 1)[0]})" if name else frame
 
 
-def profile(site: ServedSite, work: Path, n: int, per_host: int, top: int) -> dict[str, Any] | None:
+def profile(
+    site: ServedSite, work: Path, n: int, per_host: int, top: int, processes: int = 1
+) -> dict[str, Any] | None:
     spy = shutil.which("py-spy")
     if spy is None:
         log("profile: py-spy is not installed (pip install py-spy); skipped")
         return None
     raw = work / "pyspy.txt"
-    wrapper = [spy, "record", "--format", "raw", "--rate", "200", "-o", str(raw), "--"]
-    run = run_ours(site, work, n, per_host, None, "profile", wrapper=wrapper)
+    wrapper = [spy, "record", "--format", "raw", "--rate", "200", "-o", str(raw)]
+    if processes > 1:
+        wrapper.append("--subprocesses")  # the shards are where the crawling happens
+    run = run_ours(site, work, n, per_host, None, "profile", wrapper=[*wrapper, "--"],
+                   processes=processes)
     self_c: Counter[str] = Counter()
     cum: Counter[str] = Counter()
     samples = 0
@@ -624,25 +736,35 @@ def compare(
     crawlers: list[str],
     py: Path | None,
 ) -> list[dict[str, Any]]:
-    """Every crawler at every concurrency, ``--repeat`` times, alternating crawlers."""
+    """Every crawler at every concurrency (ours at every process count), ``--repeat``
+    times, alternating crawlers; wget (one connection, nothing to vary) once a repeat."""
     runs = []
     for i in range(args.repeat):
+        if "wget" in crawlers:
+            runs.append(_logged("wget", 1, i, run_wget(site, work, f"{i}")))
         for n in conc:
             per_host = args.per_host or max(1, n // 4)
             for c in crawlers:
                 tag = f"{n}-{i}"
                 if c == "ours":
-                    r = run_ours(site, work, n, per_host, None, tag)
-                else:
+                    for p in args.process_counts:
+                        r = run_ours(site, work, n, per_host, None, tag, processes=p)
+                        runs.append(_logged(f"ours -p{p}", n, i, r))
+                elif c == "scrapy":
                     assert py is not None
                     r = run_scrapy(site, work, py, n, per_host, None, tag)
-                log(
-                    f"{c} n={n} run {i + 1}: {r['fetched']} fetched, "
-                    f"{r['pages_per_s']:.0f} pages/s, rss {bu.fmt_bytes(r['peak_rss_bytes'])}, "
-                    f"share {r['oracle_share']:.4f}, load {r['load_before']}"
-                )
-                runs.append(r)
+                    runs.append(_logged(c, n, i, r))
     return runs
+
+
+def _logged(name: str, n: int, i: int, r: dict[str, Any]) -> dict[str, Any]:
+    log(
+        f"{name} n={n} run {i + 1}: {r['fetched']} fetched, "
+        f"{r['pages_per_s']:.0f} pages/s, rss {bu.fmt_bytes(r['peak_rss_bytes'])}, "
+        f"cpu {r['cpu_s_per_page'] * 1e3:.2f} ms/page, share {r['oracle_share']:.4f}, "
+        f"load {r['load_before']}"
+    )
+    return r
 
 
 # -- main ----------------------------------------------------------------------------------
@@ -655,7 +777,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", default="16,64", help="comma-separated total concurrencies")
     p.add_argument("--per-host", type=int, help="per-host concurrency (default: concurrency // 4)")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--crawlers", default="ours,scrapy", help="ours, scrapy, both, or none")
+    p.add_argument(
+        "--crawlers", default="ours,scrapy", help="ours, scrapy, wget, both (ours,scrapy), none"
+    )
+    p.add_argument(
+        "--processes",
+        default=str(os.cpu_count() or 1),
+        help="ours: comma-separated --processes values, side by side (default: the CPUs)",
+    )
     p.add_argument("--scrapy-venv", type=Path, default=DEFAULT_VENV)
     p.add_argument("--no-install", action="store_true", help="never create the Scrapy venv")
     p.add_argument("--nginx-workers", default="1", help="nginx worker_processes (1 or auto)")
@@ -668,6 +797,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-flatness", action="store_true")
     p.add_argument("--flatness-points", help="--max-pages values (default: pages/2,pages)")
+    p.add_argument(
+        "--flatness-processes",
+        type=int,
+        help="ours: --processes of the flatness and profile runs (default: the last --processes)",
+    )
     p.add_argument("--profile", action="store_true", help="one run of ours under py-spy")
     p.add_argument("--profile-top", type=int, default=25)
     p.add_argument("--threads-test", action="store_true", help="the 5,000-thread slow-site run")
@@ -696,6 +830,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
     conc = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    args.process_counts = [int(x) for x in args.processes.split(",") if x.strip()]
+    extra_processes = args.flatness_processes or args.process_counts[-1]
     crawlers = {"both": ["ours", "scrapy"], "none": []}.get(args.crawlers, args.crawlers.split(","))
     py = None
     if "scrapy" in crawlers:
@@ -719,6 +855,7 @@ def main(argv: list[str] | None = None) -> int:
             "concurrency": conc,
             "repeat": args.repeat,
             "crawlers": crawlers,
+            "processes": args.process_counts,
             "per_host": args.per_host,
             "ours_env": args.ours_env,
         },
@@ -750,9 +887,13 @@ def main(argv: list[str] | None = None) -> int:
                         if args.flatness_points
                         else [args.pages // 2, args.pages]
                     )
-                    result["flatness"] = flatness(site, work, pts, n, per_host, args.repeat)
+                    result["flatness"] = flatness(
+                        site, work, pts, n, per_host, args.repeat, extra_processes
+                    )
                 if args.profile:
-                    result["profile"] = profile(site, work, n, per_host, args.profile_top)
+                    result["profile"] = profile(
+                        site, work, n, per_host, args.profile_top, extra_processes
+                    )
         if args.threads_test:
             ours = [
                 s for s in result["summary"] if s["crawler"] == "ours" and s["max_pages"] is None

@@ -58,6 +58,8 @@ def main() -> int:
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--slow", type=float, default=0.0, help="seconds before every page's first byte")
     p.add_argument("--max-pages", type=int, help="stop the crawl after this many fetches")
+    p.add_argument("--processes", type=int, default=1,
+                   help="shard processes (a sharded crawl splits --max-pages over its shards)")
     p.add_argument("--ignore-robots", action="store_true")
     p.add_argument("--data", help="crawl directory (default: a temporary one)")
     args = p.parse_args()
@@ -85,6 +87,8 @@ def main() -> int:
             "5",
             "--timeout",
             "30",
+            "--processes",
+            str(args.processes),
         )
         if args.max_pages:
             cmd += ["--max-pages", str(args.max_pages)]

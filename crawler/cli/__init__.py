@@ -1,8 +1,10 @@
-"""``python -m crawler``: start or resume a crawl, its status, and its pages: list, show, export.
+"""``python -m crawler``: start or resume a crawl, its status, and its pages: list, show, export,
+links, rank, report, serve.
 
 One module per command group, each with ``add_parsers(sub)``, its
 ``cmd_<name>`` functions and a ``COMMANDS`` table: :mod:`.crawl` (start,
-status), :mod:`.pages` (pages, show) and :mod:`.export` (export).
+status), :mod:`.pages` (pages, show), :mod:`.export` (export), :mod:`.links`
+(links), :mod:`.rank` (rank) and :mod:`.report` (report, serve).
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from collections.abc import Callable, Sequence
 import kvstore
 
 from ..exceptions import CrawlerError
-from . import crawl, export, pages
+from . import crawl, export, links, pages, rank, report
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **crawl.COMMANDS,
     **export.COMMANDS,
     **pages.COMMANDS,
+    **links.COMMANDS,
+    **rank.COMMANDS,
+    **report.COMMANDS,
 }
 
 
@@ -31,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     crawl.add_parsers(sub)
     export.add_parsers(sub)
     pages.add_parsers(sub)
+    links.add_parsers(sub)
+    rank.add_parsers(sub)
+    report.add_parsers(sub)
     return parser
 
 
@@ -38,6 +46,8 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     """Combinations argparse cannot express; parser.error exits 2."""
     export.check_usage(parser, args)
     pages.check_usage(parser, args)
+    rank.check_usage(parser, args)
+    report.check_usage(parser, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,8 +16,9 @@ import kvstore
 
 from .. import config as cfgmod
 from ..config import CrawlerConfig
-from ..exceptions import CrawlerError, URLError
-from ..run.status import read_status
+from ..exceptions import CrawlerError, ShardCountError, URLError
+from ..run.status import read_status, sum_snapshots
+from ..state.shards import open_layout, read_count, shard_dirs
 from ..web.urls import normalize, origin
 from ._common import size
 
@@ -30,6 +31,16 @@ def _nameserver(value: str) -> tuple[str, int]:
         return host, int(port or 53)
     except ValueError:
         raise argparse.ArgumentTypeError(f"bad nameserver {value!r}: use IP or IP:PORT") from None
+
+
+def _processes(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--processes must be a whole number >= 1, not {value!r}")
+    return n
 
 
 def add_parsers(sub: Any) -> None:
@@ -47,7 +58,20 @@ def add_parsers(sub: Any) -> None:
     start.add_argument(
         "--data", required=True, metavar="DIR", help="data directory (created, or resumed)"
     )
-    start.add_argument("--threads", type=int, default=cfgmod.DEFAULT_THREADS)
+    start.add_argument(
+        "--threads",
+        type=int,
+        default=cfgmod.DEFAULT_THREADS,
+        help="fetch threads in all (split over the processes)",
+    )
+    start.add_argument(
+        "--processes",
+        type=_processes,
+        metavar="N",
+        help="shards, one process each, each owning the hosts that hash to it "
+        "(default: the number the crawl was created with; for a new crawl, one per CPU). "
+        "1: one process, no supervisor. See docs/SHARDS.md",
+    )
     start.add_argument(
         "--delay",
         type=float,
@@ -113,6 +137,7 @@ def add_parsers(sub: Any) -> None:
     )
     status.add_argument("data", metavar="DIR")
     status.add_argument("--json", action="store_true")
+    status.add_argument("--shards", action="store_true", help="one line per shard too")
 
 
 # (flag, type, CrawlerConfig field with a DEFAULT_<FIELD> in config, help)
@@ -154,16 +179,23 @@ def _seeds(data_dir: str, new: list[str], max_length: int) -> list[str]:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from ..run.engine import Engine
-
+    level = logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
+        level=level,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    try:
+        recorded = read_count(args.data)
+        if recorded is not None and args.processes not in (None, recorded):
+            raise ShardCountError(args.data, recorded, args.processes)
+    except ShardCountError as exc:
+        print(f"crawler: error: {exc}", file=sys.stderr)
+        return 2
     all_seeds = _seeds(args.data, args.seeds, 2048)
     if not all_seeds:
         raise CrawlerError(f"{args.data}: no seeds: give at least one SEED URL")
+    count = open_layout(args.data, args.processes)
     config = CrawlerConfig(
         data_dir=args.data,
         seeds=tuple(args.seeds),
@@ -188,8 +220,21 @@ def cmd_start(args: argparse.Namespace) -> int:
         status_interval=args.status_interval,
         scope_hosts=frozenset(origin(s)[1] for s in all_seeds),
     )
+    if count == 1:
+        return _start_one(config, args.seeds)
+    return _start_shards(config, count, args.seeds, level)
+
+
+def _print_summary(state: str, summary: dict[str, Any]) -> None:
+    print(f"crawl {state}: {json.dumps(summary, sort_keys=True)}")
+
+
+def _start_one(config: CrawlerConfig, seeds: list[str]) -> int:
+    """One process, no supervisor: the crawl directory is the shard's."""
+    from ..run.engine import Engine
+
     engine = Engine(config)
-    engine.add_seeds([normalize(s) for s in args.seeds])
+    engine.add_seeds([normalize(s) for s in seeds])
     interrupted: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -215,7 +260,41 @@ def cmd_start(args: argparse.Namespace) -> int:
     state = (
         "complete" if complete else ("interrupted" if interrupted else "stopped (limit reached)")
     )
-    print(f"crawl {state}: {json.dumps(summary, sort_keys=True)}")
+    _print_summary(state, summary)
+    if interrupted:
+        return 128 + interrupted[0]
+    return 0
+
+
+def _start_shards(config: CrawlerConfig, count: int, seeds: list[str], level: int) -> int:
+    """``count`` shard processes under this one, the supervisor (docs/SHARDS.md)."""
+    from ..run.supervisor import Supervisor
+
+    sup = Supervisor(config, count, [normalize(s) for s in seeds], log_level=level)
+    interrupted: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if interrupted:
+            sup.kill()  # as safe as a kill -9 of every shard
+            os._exit(128 + signum)
+        interrupted.append(signum)
+        print("crawler: stopping (press Ctrl-C again to stop at once)", file=sys.stderr)
+        sup.stop()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    result = sup.run()
+    summary = {
+        "complete": result.complete,
+        "fetched": result.fetched,
+        "seconds": result.seconds,
+        "pages_per_s": round(result.fetched / max(result.seconds, 1e-9), 1),
+        "outcomes": result.outcomes,
+        "shards": count,
+    }
+    if result.error:
+        raise CrawlerError(result.error)
+    _print_summary("interrupted" if interrupted else result.state, summary)
     if interrupted:
         return 128 + interrupted[0]
     return 0
@@ -231,22 +310,47 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    if not os.path.isdir(args.data):
-        raise CrawlerError(f"{args.data}: no such crawl directory")
-    info: dict[str, Any] = {"data": args.data}
-    snap = read_status(args.data)
+def _shard_info(data_dir: str) -> dict[str, Any]:
+    """One shard directory's state: its last status.json and read-only store counts."""
+    info: dict[str, Any] = {"data": data_dir}
+    snap = read_status(data_dir)
     if snap:
         info["last_status"] = snap
         info["running"] = bool(snap.get("running")) and _alive(int(snap.get("pid", 0)))
-    with kvstore.open(os.path.join(args.data, "main"), readonly=True) as main:
+    with kvstore.open(os.path.join(data_dir, "main"), readonly=True) as main:
         info["done"] = len(main)
-    with kvstore.open(os.path.join(args.data, "pend"), readonly=True) as pend:
+    with kvstore.open(os.path.join(data_dir, "pend"), readonly=True) as pend:
         info["pending_bulks"] = len(pend)
+    return info
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    if not os.path.isdir(args.data):
+        raise CrawlerError(f"{args.data}: no such crawl directory")
+    dirs = shard_dirs(args.data)
+    shards = [_shard_info(d) for d in dirs]
+    if len(dirs) == 1:
+        info = shards[0]
+    else:
+        snaps = [s["last_status"] for s in shards if "last_status" in s]
+        top = read_status(args.data)  # the supervisor's
+        info = {
+            "data": args.data,
+            "shards": len(dirs),
+            "done": sum(s["done"] for s in shards),
+            "pending_bulks": sum(s["pending_bulks"] for s in shards),
+            "running": any(s.get("running") for s in shards)
+            or bool(top and top.get("running") and _alive(int(top.get("pid", 0)))),
+            "per_shard": shards,
+        }
+        if snaps:
+            info["last_status"] = sum_snapshots(snaps)
+    snap = info.get("last_status")
     if args.json:
         print(json.dumps(info, indent=1, sort_keys=True))
         return 0
-    print(f"crawl {args.data}: {'running' if info.get('running') else 'not running'}")
+    title = f"crawl {args.data}: {'running' if info.get('running') else 'not running'}"
+    print(title + (f" ({len(dirs)} shards)" if len(dirs) > 1 else ""))
     print(f"  pages recorded: {info['done']}")
     print(f"  pending bulks:  {info['pending_bulks']}")
     if snap:
@@ -257,6 +361,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         for k, v in sorted(snap.get("outcomes", {}).items()):
             print(f"    {k}: {v}")
+    if args.shards and len(dirs) > 1:
+        for i, s in enumerate(shards):
+            last = s.get("last_status") or {}
+            print(
+                f"  shard {i} ({s['data']}): {'running' if s.get('running') else 'not running'}, "
+                f"pages recorded {s['done']}, pending bulks {s['pending_bulks']}, "
+                f"fetched {last.get('fetched', 0)}, links to hand over {last.get('outbox', 0)}"
+            )
     return 0
 
 

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from ..exceptions import CrawlerError, URLError
+from ..read.export import page_object, rank_fields
+from ..read.linkgraph import inlink_counts
 from ..read.listing import CrawlReader, describe, host_filter, matches, page_line
-from ..web.urls import normalize
+from ..read.rankstore import Rank, RankStore
+from ..state.pages import PageRecord
+from ..web.urls import normalize, url_key
 from ._common import log_to_stderr, stdout_gone
 
 
@@ -25,6 +31,16 @@ def add_parsers(sub: Any) -> None:
     pages.add_argument("--status", type=int, metavar="CODE", help="only this status (0: failures)")
     pages.add_argument("--host", metavar="HOST", help="only this host (or HOST:PORT)")
     pages.add_argument("--limit", type=int, metavar="N", help="at most N lines")
+    pages.add_argument("--inlinks", action="store_true",
+                       help="add a column before the URL: how many records link or redirect "
+                       "to the page (one extra pass over the crawl)")
+    pages.add_argument("--sort", choices=("store", "rank"), default="store",
+                       help="store order (default), or by PageRank, strongest first, with a "
+                       "column of the rank scaled to 0..100 before the URL (needs "
+                       "python -m crawler rank DIR; pages recorded since come last)")
+    pages.add_argument("--json", action="store_true",
+                       help="one JSON object per page (the export's fields, rank, "
+                       "rank_scaled and, with --inlinks, inlinks)")
 
     show = sub.add_parser(
         "show",
@@ -55,16 +71,55 @@ def cmd_pages(args: argparse.Namespace) -> int:
     shown = 0
     try:
         with CrawlReader(args.data) as reader:
-            for page in reader.pages():
+            store = RankStore.open(reader.data_dir)
+            if args.sort == "rank" and store is None:
+                raise CrawlerError(f"{args.data} has no ranks: run python -m crawler rank "
+                                   f"{args.data} first")
+            counts = inlink_counts(reader) if args.inlinks else None
+            for page, rank in _listed(reader, store, by_rank=args.sort == "rank"):
                 if args.limit is not None and shown >= args.limit:
                     break
-                if matches(page, status=args.status, host=host):
-                    print(page_line(page))
-                    shown += 1
+                if not matches(page, status=args.status, host=host):
+                    continue
+                n = counts.get(url_key(page.url), 0) if counts is not None else None
+                if args.json:
+                    obj = {**page_object(page), **rank_fields(rank)}
+                    obj["elapsed"] = page.elapsed
+                    if n is not None:
+                        obj["inlinks"] = n
+                    print(json.dumps(obj, ensure_ascii=False))
+                else:
+                    line = page_line(page)
+                    extra = [] if n is None else [str(n)]
+                    if args.sort == "rank":
+                        extra.append("-" if rank is None else f"{rank.scaled:.2f}")
+                    if extra:  # the URL stays the last column
+                        cols = "\t".join(extra)
+                        line = f"{line[: len(line) - len(page.url)]}{cols}\t{page.url}"
+                    print(line)
+                shown += 1
+            if store is not None:
+                store.close()
         sys.stdout.flush()
     except BrokenPipeError:
         return stdout_gone()
     return 0
+
+
+def _listed(reader: CrawlReader, store: RankStore | None, *,
+            by_rank: bool) -> Iterator[tuple[PageRecord, Rank | None]]:
+    """The records with their ranks: in store order, or by rank (then the unranked ones)."""
+    if not by_rank or store is None:
+        for page in reader.pages():
+            yield page, store.get(url_key(page.url)) if store is not None else None
+        return
+    for rid, _, _ in store.ordered():
+        ranked = reader.get_key(store.key_of(rid))
+        if ranked is not None:
+            yield ranked, store.get(store.key_of(rid))
+    for page in reader.pages():
+        if store.get(url_key(page.url)) is None:
+            yield page, None
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -74,15 +129,25 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise CrawlerError(f"bad URL: {exc}") from None
     with CrawlReader(args.data, strict=True) as reader:
         page = reader.get(url)
+        store = RankStore.open(reader.data_dir)
     if page is None:
         raise CrawlerError(f"{url}: not in the crawl {args.data}")
+    rank = None
+    if store is not None:
+        with store:
+            rank = store.get(url_key(url))
     try:
         if args.body_only:
             sys.stdout.flush()
             sys.stdout.buffer.write(page.body)
             sys.stdout.buffer.flush()
         else:
-            print(describe(page))
+            text = describe(page)
+            head, sep, rest = text.partition("\nheaders:")
+            if rank is not None:  # after the record's fields, before its headers
+                head += (f"\n{'rank:':<14}{rank.scaled:.2f} (raw {rank.raw:.6g})"
+                         f"\n{'inlinks:':<14}{rank.inlinks}")
+            print(head + sep + rest)
             sys.stdout.flush()
     except BrokenPipeError:
         return stdout_gone()

@@ -63,8 +63,11 @@ import kvstore
 from ..config import DEFAULT_USER_AGENT
 from ..exceptions import ConfigError
 from ..net.fetch import DEFAULT_ACCEPT
-from ..state.pages import PageRecord
+from ..state.pages import NOFOLLOW, PageRecord
+from ..web.urls import url_key
+from .linkgraph import Resolver
 from .listing import DEFAULT_MAX_TEXT_CHARS, CrawlReader, iso_time, visible_text
+from .rankstore import Rank, RankStore
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +176,24 @@ def page_object(page: PageRecord, *, text: bool = False,
     if text:
         obj["text"] = visible_text(page, limit=text_limit)
     return obj
+
+
+def graph_fields(page: PageRecord, resolver: Resolver | None) -> dict[str, Any]:
+    """The JSONL fields of the link graph: the fetch time and every stored link, as
+    ``{"url": ..., "nofollow": ...}`` (``{"key": HEX, ...}`` for a URL the crawl never
+    recorded; keys only when there is no resolver)."""
+    if resolver is not None:
+        links = resolver.links(page)
+    else:
+        links = [{"key": k.hex(), "nofollow": bool(f & NOFOLLOW)} for k, f in page.link_list()]
+    return {"elapsed": page.elapsed, "links": links}
+
+
+def rank_fields(rank: Rank | None) -> dict[str, Any]:
+    """The JSONL fields of a page's PageRank (None when the crawl has no rank for it)."""
+    if rank is None:
+        return {"rank": None, "rank_scaled": None}
+    return {"rank": rank.raw, "rank_scaled": round(rank.scaled, 4)}
 
 
 def split_name(path: str, n: int) -> str:
@@ -305,8 +326,11 @@ class JsonlSink:
     """Writes one JSON object per page to a file (via ``.part``) or an open text stream."""
 
     def __init__(self, target: str | os.PathLike[str] | IO[str], *, text: bool = False,
-                 text_limit: int = DEFAULT_MAX_TEXT_CHARS) -> None:
+                 text_limit: int = DEFAULT_MAX_TEXT_CHARS,
+                 resolver: Resolver | None = None, ranks: RankStore | None = None) -> None:
         self.text, self.text_limit = text, text_limit
+        self.resolver = resolver  # outlink keys -> URLs (graph_fields)
+        self.ranks = ranks  # rank_fields; closed with the sink
         self.lines = self.bytes = 0
         self._path: str | None = None
         if isinstance(target, str | os.PathLike):
@@ -320,12 +344,17 @@ class JsonlSink:
         if self._out is None:
             raise ValueError("the JSONL sink is closed")
         obj = page_object(page, text=self.text, text_limit=self.text_limit)
+        obj.update(graph_fields(page, self.resolver))
+        obj.update(rank_fields(self.ranks.get(url_key(page.url)) if self.ranks else None))
         line = json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
         self._out.write(line)
         self.lines += 1
         self.bytes += len(line.encode("utf-8"))
 
     def close(self, *, complete: bool = True) -> None:
+        if self.ranks is not None:
+            self.ranks.close()
+            self.ranks = None
         if self._out is None:
             return
         out, self._out = self._out, None
@@ -372,7 +401,9 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
                                        f"crawl {name}: {total} page records at export time; "
                                        "bodies stored decoded (see X-Crawler-Original-*)"})
             if jsonl is not None:
-                jsink = JsonlSink(jsonl, text=text, text_limit=text_limit)
+                ranks = RankStore.open(reader.data_dir)
+                jsink = JsonlSink(jsonl, text=text, text_limit=text_limit, ranks=ranks,
+                                  resolver=Resolver(reader, table=ranks.url if ranks else None))
             last = started
             for page in reader.pages():
                 stats.pages += 1

@@ -2,10 +2,12 @@
 
 Theory of operation
 -------------------
-:class:`CrawlReader` opens ``DIR/main`` with ``kvstore.open(readonly=True)``:
-no lock is taken, so it works beside a running crawl and sees the records
-flushed before it opened (a consistent snapshot; later pages are simply not
-there). Iteration walks the store's key snapshot and decodes one record at a
+:class:`CrawlReader` opens ``DIR/main`` with ``kvstore.open(readonly=True)``
+(a sharded crawl: every ``DIR/shard-NN/main``, read in shard order; one URL is
+looked up in the shard owning its host, crawler.state.shards): no lock is
+taken, so it works beside a running crawl and sees the records flushed
+before it opened (a consistent snapshot; later pages are simply not there).
+Iteration walks the store's key snapshot and decodes one record at a
 time, so memory does not grow with the number of pages (the key snapshot
 itself is kvstore's: 16 bytes a key). Records are yielded in store order, not
 by fetch time.
@@ -35,12 +37,14 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 from lxml import etree
 
 import kvstore
 
 from ..exceptions import CrawlerError, DataDirError
 from ..state.pages import PageRecord, decode_page
+from ..state.shards import owner, shard_dirs
 from ..web.links import is_html, sniff_charset
 from ..web.urls import host_of, normalize, url_key
 
@@ -59,7 +63,8 @@ _SNIFF_BYTES = 1024
 
 
 class CrawlReader:
-    """The page records of one crawl directory, read-only. A context manager."""
+    """The page records of one crawl directory, read-only, every shard of it (in shard
+    order). A context manager."""
 
     def __init__(self, data_dir: str | os.PathLike[str], *, strict: bool = False) -> None:
         self.data_dir = os.fspath(data_dir)
@@ -67,17 +72,35 @@ class CrawlReader:
         self.skipped = 0  # damaged records skipped so far
         if not os.path.isdir(self.data_dir):
             raise DataDirError(f"{self.data_dir}: no such crawl directory")
-        path = os.path.join(self.data_dir, "main")
-        if not os.path.isdir(path):
+        self.dirs = shard_dirs(self.data_dir)
+        if not os.path.isdir(os.path.join(self.dirs[0], "main")) and len(self.dirs) == 1:
             raise DataDirError(f"{self.data_dir}: not a crawl directory (it has no main/)")
-        self.main = kvstore.open(path, readonly=True)
+        self.stores: list[kvstore.Store | None] = []  # None: a shard that never ran
+        try:
+            for d in self.dirs:
+                path = os.path.join(d, "main")
+                self.stores.append(kvstore.open(path, readonly=True) if os.path.isdir(path)
+                                   else None)
+        except BaseException:
+            self.close()
+            raise
+        self._names = [os.path.join(d, "main") for d in self.dirs]  # for messages
+
+    @property
+    def main(self) -> kvstore.Store:
+        """The MainDB of a one-shard crawl (a sharded one has several: use ``stores``)."""
+        if len(self.stores) != 1 or self.stores[0] is None:
+            raise DataDirError(f"{self.data_dir}: {len(self.stores)} shards, no single MainDB")
+        return self.stores[0]
 
     def __len__(self) -> int:
         """Records in the snapshot this reader opened (damaged ones included)."""
-        return len(self.main)
+        return sum(len(s) for s in self.stores if s is not None)
 
     def close(self) -> None:
-        self.main.close()
+        for store in self.stores:
+            if store is not None:
+                store.close()
 
     def __enter__(self) -> CrawlReader:
         return self
@@ -86,29 +109,54 @@ class CrawlReader:
         self.close()
 
     def pages(self, *, with_body: bool = True) -> Iterator[PageRecord]:
-        """Every readable page record, one at a time, in store order."""
-        for key in self.main:
-            page = self._load(key, with_body)
-            if page is not None:
-                yield page
+        """Every readable page record, one at a time: shard by shard, in store order."""
+        for i, store in enumerate(self.stores):
+            if store is None:
+                continue
+            for key in store:
+                page = self._load(i, key, with_body)
+                if page is not None:
+                    yield page
 
     def get(self, url: str) -> PageRecord | None:
-        """The record of ``url`` (normalized first); None if the crawl has none.
-        A URL that cannot be normalized raises URLError."""
-        key = url_key(normalize(url))
-        if key not in self.main:
+        """The record of ``url`` (normalized first), from the shard owning its host;
+        None if the crawl has none. A URL that cannot be normalized raises URLError."""
+        normalized = normalize(url)
+        i = owner(host_of(normalized), len(self.stores))
+        store = self.stores[i]
+        key = url_key(normalized)
+        if store is None or key not in store:
             return None
-        return self._load(key, True)
+        return self._load(i, key, True)
 
-    def _load(self, key: bytes, with_body: bool) -> PageRecord | None:
+    def get_key(self, key: bytes, *, with_body: bool = True) -> PageRecord | None:
+        """The record stored under the url_key ``key``; None if the crawl has none.
+        (A key does not name its host: every shard's in-memory index is asked.)"""
+        for i, store in enumerate(self.stores):
+            if store is not None and key in store:
+                return self._load(i, key, with_body)
+        return None
+
+    def contains_many(self, keys: np.ndarray) -> np.ndarray:
+        """Which of ``keys`` (an (n, 16) uint8 array of url_keys) have a record: a bool
+        array. In memory (the stores' key indexes), no disk access."""
+        found = np.zeros(len(keys), dtype=bool)
+        for store in self.stores:
+            if store is not None:
+                found |= store.contains_many(keys)
+        return found
+
+    def _load(self, shard: int, key: bytes, with_body: bool) -> PageRecord | None:
+        store = self.stores[shard]
+        assert store is not None
         try:
-            return decode_page(self.main[key], with_body=with_body)
+            return decode_page(store[key], with_body=with_body)
         except KeyError:  # cannot happen in MainDB (nothing is deleted), but harmless
             return None
         except (kvstore.exceptions.CorruptStoreError, CrawlerError, ValueError, TypeError,
                 zlib.error) as exc:
             # ValueError covers bad JSON and UTF-8; TypeError unknown fields; zlib.error a bad body.
-            message = f"{self.data_dir}/main: record {key.hex()} is damaged: {exc}"
+            message = f"{self._names[shard]}: record {key.hex()} is damaged: {exc}"
             if self.strict:
                 raise DataDirError(message) from exc
             self.skipped += 1

@@ -41,6 +41,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -50,7 +51,8 @@ from ..net.dnscache import DNSCache
 from ..net.fetch import Fetcher, FetchResult, parse_retry_after
 from ..state.badhosts import BadHosts
 from ..state.frontier import DISK_FULL_ERRNOS, Claimed, Frontier, Outcome
-from ..state.pages import PageRecord, Pending, encode_page
+from ..state.pages import PageRecord, Pending, encode_page, pack_links
+from ..state.shards import Router, ShardPlace
 from ..web.links import extract, is_html, robots_directives
 from ..web.robots import DEFAULT_MAX_ROBOTS_BYTES, RobotsRules, product_token
 from ..web.urls import URL, host_of, normalize, parse, url_key
@@ -90,10 +92,18 @@ class _Result:
 class Engine:
     """One crawl over one data directory. ``run()`` blocks until done or stopped."""
 
-    def __init__(self, config: CrawlerConfig) -> None:
+    def __init__(self, config: CrawlerConfig, *, place: ShardPlace | None = None) -> None:
         self.config = config
+        self.place = place or ShardPlace()
         self.scope = Scope(config)
-        self.frontier = Frontier(config.data_dir, sync_interval=config.sync_interval)
+        # One shard of several: links for other shards' hosts go to the frontier's outbox.
+        self.router = Router(self.place) if self.place.count > 1 else None
+        self.frontier = Frontier(
+            config.data_dir,
+            sync_interval=config.sync_interval,
+            max_queued=config.threads,
+            router=self.router,
+        )
         self.bad_hosts = BadHosts(config.data_dir)
         self.dns = DNSCache(
             list(config.nameservers) or None,
@@ -119,7 +129,12 @@ class Engine:
         self._limit_reached = threading.Event()
         self._workers: list[threading.Thread] = []
         self._workers_done = threading.Event()  # tells the committer to drain and stop
+        self._finish = threading.Event()  # a shard: every shard is idle, the crawl is complete
         self.failure: CrawlerError | None = None  # why the crawl stopped on its own, if it did
+        # Alone, the engine logs the status line; a shard's supervisor logs the crawl's.
+        self.reporter = status_mod.Reporter(
+            self, interval=config.status_interval, log_line=self.place.count == 1
+        )
 
     def _fetcher(self, max_body_bytes: int, max_decoded_bytes: int) -> Fetcher:
         cfg = self.config
@@ -143,6 +158,8 @@ class Engine:
                 entries.append(Pending(normalize(seed, max_length=self.config.max_url_length)))
             except URLError as exc:
                 raise CrawlerError(f"bad seed URL: {exc}") from None
+        if self.router is not None:  # every shard is given every seed: each keeps its own
+            entries = [e for e in entries if self.router.ours(e.url)]
         self.frontier.add_seeds(entries)
 
     # -- running ----------------------------------------------------------------
@@ -151,11 +168,38 @@ class Engine:
         self._stopping.set()
         self.scheduler.close()
 
-    def run(self) -> bool:
+    def finish(self) -> None:
+        """A shard: the crawl is complete (every shard was seen idle, with nothing
+        sent between them), so ``run()`` returns True once this one is idle."""
+        self._finish.set()
+
+    def abort_fetches(self) -> None:
+        """Cut the fetches in flight (they end "aborted" and are requeued): for a stop
+        that cannot wait for slow hosts. Thread-safe."""
+        self.fetcher.close()
+        self.robots_fetcher.close()
+
+    @property
+    def limit_reached(self) -> bool:
+        return self._limit_reached.is_set()
+
+    def idle(self) -> bool:
+        """Nothing to fetch, commit or hand to another shard right now. Thread-safe."""
+        outbox = self.frontier.outbox
+        return (
+            self.scheduler.idle()
+            and self.frontier.idle()
+            and (outbox is None or outbox.empty())
+        )
+
+    def run(self, *, before_close: Callable[[], None] | None = None) -> bool:
         """Crawl until complete (True) or stopped / limit reached (False).
 
-        Raises DiskFullError (after a clean stop) when the data directory ran out
-        of space, and DataDirError when a commit failed otherwise."""
+        Alone, the crawl is complete when nothing is pending; a shard of several
+        waits, idle, for :meth:`finish`. ``before_close`` runs once the workers and
+        the committer are done, before the stores close (a shard stops its link
+        exchange there). Raises DiskFullError (after a clean stop) when the data
+        directory ran out of space, and DataDirError when a commit failed otherwise."""
         cfg = self.config
         committer = threading.Thread(target=self._commit_loop, name="committer", daemon=True)
         committer.start()
@@ -167,12 +211,12 @@ class Engine:
                 self._workers.append(t)
         finally:
             threading.stack_size(old_stack)
-        reporter = status_mod.Reporter(self, interval=cfg.status_interval)
+        reporter = self.reporter
         complete = False
         try:
             while not self._stopping.is_set():
                 fed = self._feed()
-                if not fed and self.scheduler.idle() and self.frontier.idle():
+                if not fed and self.idle() and (self.router is None or self._finish.is_set()):
                     complete = True
                     break
                 reporter.maybe_report()
@@ -186,6 +230,8 @@ class Engine:
                 t.join()
             self._workers_done.set()
             committer.join()
+            if before_close is not None:
+                before_close()
             reporter.report(final=True)
             self.close()
         if self.failure is not None:
@@ -436,6 +482,7 @@ class Engine:
         reason = ""
         noindex = False
         outlinks = 0
+        graph = b""  # the page's links, kept in its record (the link graph)
         if 300 <= status < 400 and r.redirect:
             if e.hops + 1 > cfg.max_redirects:
                 reason = "redirect_limit"
@@ -458,15 +505,17 @@ class Engine:
                 )
                 noindex = (page.noindex or tag_noindex) and cfg.obey_robots
                 nofollow = (page.nofollow or tag_nofollow) and cfg.obey_robots
+                graph = pack_links(page.links, page.nofollow_links, page_nofollow=nofollow)
                 if not nofollow and (cfg.max_depth is None or e.depth + 1 <= cfg.max_depth):
                     links = self._admissible(list(page.links), e.depth + 1, 0)
             else:
                 reason = "not_html"
-        record = self._page(c, r, reason, outlinks=outlinks, noindex=noindex)
+        record = self._page(c, r, reason, outlinks=outlinks, noindex=noindex, links=graph)
         return _Result(Outcome(c, record, links=links))
 
     def _page(
-        self, c: Claimed, r: FetchResult, reason: str, *, outlinks: int = 0, noindex: bool = False
+        self, c: Claimed, r: FetchResult, reason: str, *, outlinks: int = 0, noindex: bool = False,
+        links: bytes = b"",
     ) -> bytes:
         keep_body = r.status == 200 and not reason and not noindex
         return self._record(
@@ -481,6 +530,8 @@ class Engine:
             outlinks=outlinks,
             truncated=r.truncate_reason or "",
             noindex=noindex,
+            elapsed=round(r.elapsed, 6),
+            links=links,
             body=r.body if keep_body else b"",
         )
 
@@ -490,7 +541,10 @@ class Engine:
         """The links worth submitting, keyed. ``extract()`` already returns
         normalized URLs; a redirect's Location is normalized here."""
         if normalized and self.scope.everything:
-            return [(url_key(u), Pending(u, depth, hops)) for u in urls]
+            # tuple.__new__ skips the NamedTuple's Python-level __new__: a fifth of the
+            # per-link cost here, on every link of every page (most are dropped as known)
+            new = tuple.__new__
+            return [(url_key(u), new(Pending, (u, depth, hops, 0))) for u in urls]
         out = []
         for u in urls:
             try:

@@ -112,9 +112,13 @@ def rss_bytes() -> int:
 
 
 class Reporter:
-    def __init__(self, engine: Engine, *, interval: float) -> None:
+    """Writes ``status.json`` every ``interval`` seconds and, with ``log_line``, logs
+    the status line (a shard leaves the line to its supervisor)."""
+
+    def __init__(self, engine: Engine, *, interval: float, log_line: bool = True) -> None:
         self.engine = engine
         self.interval = interval
+        self.log_line = log_line
         self._last = time.monotonic()
         self._last_fetched = 0
         self._started = time.monotonic()
@@ -130,7 +134,11 @@ class Reporter:
         counts = e.frontier.counts()
         with e.stats_lock:
             errors = {k: v for k, v in sorted(e.outcomes.items()) if k}
+        outbox = e.frontier.outbox
         return {
+            "shard": e.place.index,
+            "shards": e.place.count,
+            "outbox": outbox.urls() if outbox is not None else 0,
             "pid": os.getpid(),
             "running": not final,
             "time": time.time(),
@@ -154,26 +162,53 @@ class Reporter:
         snap = self.snapshot(final=final)
         self._last = time.monotonic()
         self._last_fetched = snap["fetched"]
-        top = ", ".join(f"{k}={v}" for k, v in snap["classes"].items())
-        log.info(
-            "fetched %d (%.1f/s) pending %d in flight %d waiting %d hosts %d bad hosts %d"
-            " | %s | %.1f MB rss %.0f MB",
-            snap["fetched"],
-            snap["pages_per_s"],
-            snap["pending"],
-            snap["in_flight"],
-            snap["waiting"],
-            snap["hosts"],
-            snap["bad_hosts"],
-            top or "nothing recorded yet",
-            snap["mb"],
-            snap["rss_mb"],
-        )
+        if self.log_line:
+            log.info("%s", status_line(snap))
         try:
             write_status(self.engine.config.data_dir, snap)
         except OSError as exc:  # a full disk must not stop the crawl from stopping cleanly
             log.warning("status.json not written: %s", exc)
         return snap
+
+
+def status_line(snap: dict[str, Any]) -> str:
+    """The status line of a snapshot (one engine's, or a supervisor's sum)."""
+    top = ", ".join(f"{k}={v}" for k, v in snap["classes"].items())
+    line = (
+        f"fetched {snap['fetched']} ({snap['pages_per_s']:.1f}/s) pending {snap['pending']} "
+        f"in flight {snap['in_flight']} waiting {snap['waiting']} hosts {snap['hosts']} "
+        f"bad hosts {snap['bad_hosts']} | {top or 'nothing recorded yet'} | "
+        f"{snap['mb']:.1f} MB rss {snap['rss_mb']:.0f} MB"
+    )
+    if snap.get("shards", 1) > 1:
+        line += f" | shards {snap.get('shards_up', snap['shards'])}/{snap['shards']}"
+        if snap.get("outbox"):
+            line += f", {snap['outbox']} links to hand over"
+    return line
+
+
+# Snapshot fields that add up over shards (pages_per_s is recomputed by whoever sums).
+_SUMMED = ("fetched", "done", "pending", "in_flight", "waiting", "hosts", "bad_hosts", "outbox",
+           "mb", "rss_mb", "pages_per_s", "avg_pages_per_s")
+
+
+def sum_snapshots(snaps: list[dict[str, Any]]) -> dict[str, Any]:
+    """One crawl's snapshot from its shards' (outcomes summed by key, classes again)."""
+    out: dict[str, Any] = {k: 0 for k in _SUMMED}
+    outcomes: dict[str, int] = {}
+    for snap in snaps:
+        for k in _SUMMED:
+            out[k] += snap.get(k, 0)
+        for key, n in snap.get("outcomes", {}).items():
+            outcomes[key] = outcomes.get(key, 0) + n
+    for k in ("mb", "rss_mb", "pages_per_s", "avg_pages_per_s"):
+        out[k] = round(out[k], 1)
+    out["outcomes"] = dict(sorted(outcomes.items()))
+    out["classes"] = by_class(outcomes)
+    out["running"] = any(s.get("running") for s in snaps)
+    out["time"] = max((s.get("time", 0.0) for s in snaps), default=0.0)
+    out["elapsed"] = max((s.get("elapsed", 0.0) for s in snaps), default=0.0)
+    return out
 
 
 def write_status(data_dir: str, snap: dict[str, Any]) -> None:

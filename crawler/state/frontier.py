@@ -20,13 +20,30 @@ One committer drains the queue in batches and writes, in this order:
 3. tombstones for claimed bulks whose every URL is now done or requeued, then flush.
 
 So at every instant an admitted URL is in a live PendDB bulk or done in
-MainDB, and a kill -9 loses only outcomes still in the queue: URLs that were in
+MainDB, and a kill -9 loses only outcomes not yet written: URLs that were in
 flight (claimed, not committed), which the next run fetches again. On open,
 live bulks are simply live again; a URL already in MainDB is skipped when its
 bulk is claimed. fsync runs every ``sync_interval`` seconds.
 
+The queue is bounded (``max_queued``, the engine's thread count): ``submit``
+waits while that many outcomes are *uncommitted* (queued, or in the batch the
+committer is writing) and resumes when a batch has reached the OS (before its
+fsync). So a committer starved of the GIL by thousands of workers slows them
+down instead of letting finished fetches pile up for a kill to lose: a kill
+refetches at most the page in each worker's hands plus ``max_queued``. The
+committer never waits on a worker (it only ever takes the queue and writes),
+so the wait cannot deadlock; after a failed commit ``submit`` no longer waits
+(nothing will be written again).
+
 Admission dedup (MainDB, PendSet, ProcessingSet, this batch) happens only in
 the committer, so two pages linking the same URL cannot both admit it.
+
+One shard of several (a ``router`` given): step 1 also writes the links for
+other shards' hosts to the outbox (crawler.state.outbox), flushed, so they
+are durable before the bulk that found them is tombstoned. Links other shards
+send here come in through ``receive`` and are admitted by the next commit
+like any link; its event is set once they are written and fsynced, and only
+then does the sender delete its copy (docs/SHARDS.md).
 """
 
 from __future__ import annotations
@@ -47,7 +64,9 @@ import kvstore
 
 from ..exceptions import DataDirError
 from ..web.urls import url_key
+from .outbox import Outbox
 from .pages import Pending, decode_bulk, encode_bulk
+from .shards import Router
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +134,8 @@ class Frontier:
         bulk_size: int = DEFAULT_BULK_SIZE,
         sync_interval: float = DEFAULT_SYNC_INTERVAL,
         recent_keys: int = DEFAULT_RECENT_KEYS,
+        max_queued: int | None = None,
+        router: Router | None = None,
     ) -> None:
         self.data_dir = data_dir
         self._recent_cap = recent_keys
@@ -130,6 +151,11 @@ class Frontier:
                 f"{data_dir}: another crawl is running on this data directory"
             ) from exc
         self.pend = kvstore.open(os.path.join(data_dir, "pend"), buffer_size=64 << 20)
+        # One shard of several: links for other shards' hosts go to the outbox.
+        self.outbox = Outbox(data_dir, router) if router and router.place.count > 1 else None
+        self._received: list[tuple[list[tuple[bytes, Pending]], threading.Event]] = []
+        self._closing = False  # receive() refuses from now on
+        self.commits = 0  # commits that wrote something: the shard's activity counter
         self.pend_set = kvstore.KeySet()
         self.processing = kvstore.KeySet()
         self._unclaimed = kvstore.KeySet()
@@ -137,7 +163,10 @@ class Frontier:
         self._finished: list[bytes] = []  # bulks to tombstone at the next commit
         self._lock = threading.Lock()  # claim bookkeeping
         self._qlock = threading.Lock()
+        self._qroom = threading.Condition(self._qlock)  # submitters wait here for room
         self._queue: list[Outcome] = []
+        self.max_queued = max_queued  # None: unbounded (single-threaded users, benchmarks)
+        self._uncommitted = 0  # outcomes queued or in the batch being written
         self._seeds: list[tuple[bytes, Pending]] = []
         self._counter = 0
         self._last_sync = time.monotonic()
@@ -189,9 +218,29 @@ class Frontier:
                 self._finished.append(bk)
             return out
 
-    def submit(self, outcome: Outcome) -> None:
+    def receive(self, entries: list[Pending]) -> threading.Event:
+        """Admit links another shard found for this one's hosts, at the next commit
+        (deduplicated like any link). The event is set once they are durable here
+        (written to PendDB and flushed, or known already). Thread-safe. Raises
+        DataDirError once the frontier is closing or a commit failed: the sender
+        keeps them and tries again later."""
+        done = threading.Event()
         with self._qlock:
+            if self._closing or self._failed is not None:
+                raise DataDirError(f"{self.data_dir}: not receiving (stopping)")
+            self._received.append(([(url_key(e.url), e) for e in entries], done))
+        return done
+
+    def submit(self, outcome: Outcome) -> None:
+        """Queue an outcome for the committer. Thread-safe. Blocks while ``max_queued``
+        outcomes are uncommitted, until the committer has written a batch (never after
+        a failed commit: then nothing is written any more)."""
+        with self._qroom:
+            if self.max_queued is not None:
+                while self._uncommitted >= self.max_queued and self._failed is None:
+                    self._qroom.wait()
             self._queue.append(outcome)
+            self._uncommitted += 1
 
     # -- the committer ----------------------------------------------------------
 
@@ -208,25 +257,38 @@ class Frontier:
             return self._commit()
         except BaseException as exc:
             self._failed = exc
+            with self._qroom:
+                self._qroom.notify_all()  # no submitter may wait for a failed committer
             raise
 
     def _commit(self) -> int:
         with self._qlock:
             batch, self._queue = self._queue, []
             seeds, self._seeds = self._seeds, []
+            received, self._received = self._received, []
         with self._lock:
             finished, self._finished = self._finished, []
-        if not batch and not seeds and not finished:
+        if not batch and not seeds and not finished and not received:
             self._maybe_sync()
             return 0
-        candidates = seeds + [link for o in batch for link in o.links]
+        self.commits += 1
+        candidates = seeds + [link for links, _ in received for link in links]
+        candidates += [link for o in batch for link in o.links]
+        if self.outbox is not None:  # other shards' links are staged, written below
+            candidates = self.outbox.route(candidates)
         entries, new_keys = self._dedup(candidates)
         requeued = [o for o in batch if o.record is None]
         entries += [o.requeue or o.claimed.entry for o in requeued]
         new_keys += [o.claimed.key for o in requeued]
         bulk_keys = self._write_bulks(entries)
+        if self.outbox is not None:
+            self.outbox.write()  # flushed, like the bulks: before any tombstone (step 3)
         if new_keys:
             self.pend_set.add_many(_keys_array(new_keys))
+        if received:
+            self.pend.sync()  # the sender deletes its copy on our word: make it power-safe
+            for _, done in received:
+                done.set()  # durable here: the sender may forget them
         stored = [o for o in batch if o.record is not None]
         if stored:
             self.main.put_many([o.claimed.key for o in stored], [o.record for o in stored])  # type: ignore[misc]
@@ -247,8 +309,12 @@ class Frontier:
             self.pend.flush()
         if bulk_keys:
             self._unclaimed.add_many(_keys_array(bulk_keys))
+        if batch:  # written to the OS: a kill no longer loses it, make room (before fsync)
+            with self._qroom:
+                self._uncommitted -= len(batch)
+                self._qroom.notify(len(batch))
         self._maybe_sync()
-        return len(batch) + len(seeds)
+        return len(batch) + len(seeds) + len(received)
 
     def _dedup(self, candidates: list[tuple[bytes, Pending]]) -> tuple[list[Pending], list[bytes]]:
         """The candidates never seen before (first offer of each wins), and their keys.
@@ -304,6 +370,8 @@ class Frontier:
         if force or now - self._last_sync >= self.sync_interval:
             self.pend.sync()
             self.main.sync()
+            if self.outbox is not None:
+                self.outbox.sync()
             self._last_sync = now
 
     # -- state ------------------------------------------------------------------
@@ -311,7 +379,7 @@ class Frontier:
     def idle(self) -> bool:
         """Nothing pending, claimed, queued or unwritten: the crawl is complete."""
         with self._qlock:
-            queued = bool(self._queue or self._seeds)
+            queued = bool(self._queue or self._seeds or self._received)
         with self._lock:
             return (
                 not queued and not self._claimed and not self._finished and not len(self._unclaimed)
@@ -330,6 +398,8 @@ class Frontier:
         """Commit what is queued, fsync and close. Claimed, uncommitted URLs stay in
         their live bulks and are claimed again by the next run. After a failed
         commit nothing more is written: the stores are abandoned as they are."""
+        with self._qlock:
+            self._closing = True  # links arriving from now on stay with their sender
         if self._failed is None:
             try:
                 self.commit()
@@ -337,7 +407,10 @@ class Frontier:
             except OSError:
                 pass  # recorded in _failed; fall through to abandon
         if self._failed is not None:
-            for closing in (self._log.close, self.pend.abandon, self.main.abandon):
+            closings = [self._log.close, self.pend.abandon, self.main.abandon]
+            if self.outbox is not None:
+                closings.append(self.outbox.abandon)
+            for closing in closings:
                 try:
                     closing()
                 except OSError as exc:  # the url log's buffered tail, on a full disk
@@ -346,3 +419,5 @@ class Frontier:
         self._log.close()
         self.pend.close()
         self.main.close()
+        if self.outbox is not None:
+            self.outbox.close()

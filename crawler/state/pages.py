@@ -4,8 +4,14 @@ A page record is every outcome of a URL: a fetched page (status 200 with its
 body), a redirect, an HTTP error, or a failure with no response (status 0 and a
 reason). Nothing is fetched twice because every outcome is recorded.
 
-Record layout: ``b"KVCP"``, a u8 format version (1), a u32 LE header length,
-the header as UTF-8 JSON, then the body compressed with zlib (possibly empty).
+Record layout: ``b"KVCP"``, a u8 format version, a u32 LE header length, the
+header as UTF-8 JSON, then (version 2) the outlinks: a u32 LE count ``n``, the
+``n`` 16-byte url_keys of the link targets, then ``n`` flag bytes (bit 0:
+nofollow), and last the body compressed with zlib (possibly empty). Version 1
+records (written before outlinks were kept) have no link section and decode
+with no links. The links are binary, beside the JSON, because a page has tens
+of them and they are read in bulk (the link graph, PageRank): 17 bytes a link,
+sliced out without parsing anything.
 """
 
 from __future__ import annotations
@@ -13,14 +19,21 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
-from ..exceptions import CrawlerError
+from ..exceptions import CrawlerError, URLError
+from ..web.urls import normalize, url_key
 
 _MAGIC = b"KVCP"
-_VERSION = 1
+_VERSION = 2
 _HEAD = struct.Struct("<4sBI")
+_COUNT = struct.Struct("<I")
+KEY_SIZE = 16
+LINK_SIZE = KEY_SIZE + 1  # a target key and its flag byte
+NOFOLLOW = 1  # link flag: not followed because rel=nofollow or the page said nofollow
+_UNLIMITED = 1 << 40  # a redirect target of any length still gets its key
 DEFAULT_COMPRESS_LEVEL = 1  # speed over ratio: the crawl is CPU-bound long before disk-bound
 
 
@@ -41,20 +54,74 @@ class PageRecord:
     outlinks: int = 0
     truncated: str = ""  # why the body was cut ("too_large", "decompression_bomb"), or ""
     noindex: bool = False
+    elapsed: float | None = None  # seconds the fetch took (DNS included); None: not recorded
+    # Every link of the page, each once, in document order: pack_links() packing
+    # (n target keys, then n flag bytes). Links not admitted (off scope, known) too.
+    links: bytes = b""
     body: bytes = b""
 
     def header_dict(self) -> dict[str, Any]:
-        """Every field but the body (a plain loop: dataclasses.asdict deep-copies, 10x slower)."""
+        """Every field but the body and links (a plain loop: dataclasses.asdict deep-copies,
+        10x slower)."""
         return {name: getattr(self, name) for name in _HEADER_FIELDS}
 
+    def link_count(self) -> int:
+        return len(self.links) // LINK_SIZE
 
-_HEADER_FIELDS = tuple(f.name for f in fields(PageRecord) if f.name != "body")
+    def link_keys(self) -> list[bytes]:
+        """The target url_keys, in document order."""
+        n = len(self.links) // LINK_SIZE
+        kb = self.links
+        return [kb[i : i + KEY_SIZE] for i in range(0, n * KEY_SIZE, KEY_SIZE)]
+
+    def link_list(self) -> list[tuple[bytes, int]]:
+        """(target url_key, flags) of every link, in document order."""
+        n = len(self.links) // LINK_SIZE
+        return list(zip(self.link_keys(), self.links[n * KEY_SIZE :], strict=True))
+
+    def redirect_key(self) -> bytes | None:
+        """The url_key of a redirect's target (its Location normalized as the crawler
+        does), or None: not a redirect, or a Location that is no crawlable URL."""
+        if not self.redirect or not 300 <= self.status < 400:
+            return None
+        try:
+            return url_key(normalize(self.redirect, max_length=_UNLIMITED))
+        except URLError:
+            return None
+
+
+_HEADER_FIELDS = tuple(f.name for f in fields(PageRecord) if f.name not in ("body", "links"))
+
+
+def pack_links(follow: Iterable[str], nofollow: Iterable[str] = (), *,
+               page_nofollow: bool = False) -> bytes:
+    """The ``links`` of a record: normalized URLs to follow and ones marked
+    nofollow (rel=nofollow); ``page_nofollow`` marks every link (the page said
+    nofollow). A URL is kept once (its first flag wins); callers pass unique URLs."""
+    keys = [url_key(u) for u in follow]
+    n_follow = len(keys)
+    keys += [url_key(u) for u in nofollow]
+    if not keys:
+        return b""
+    if page_nofollow:
+        flags = bytes([NOFOLLOW]) * len(keys)
+    else:
+        flags = bytes(n_follow) + bytes([NOFOLLOW]) * (len(keys) - n_follow)
+    if len(set(keys)) != len(keys):  # rare: keep the first of each key
+        seen: dict[bytes, int] = {}
+        for k, f in zip(keys, flags, strict=True):
+            seen.setdefault(k, f)
+        keys, flags = list(seen), bytes(seen.values())
+    return b"".join(keys) + flags
 
 
 def encode_page(page: PageRecord, *, level: int = DEFAULT_COMPRESS_LEVEL) -> bytes:
     head = json.dumps(page.header_dict(), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     body = zlib.compress(page.body, level) if page.body else b""
-    return _HEAD.pack(_MAGIC, _VERSION, len(head)) + head + body
+    if len(page.links) % LINK_SIZE:
+        raise CrawlerError(f"links of {len(page.links)} bytes: not a pack_links() value")
+    links = _COUNT.pack(len(page.links) // LINK_SIZE) + page.links
+    return _HEAD.pack(_MAGIC, _VERSION, len(head)) + head + links + body
 
 
 def decode_page(data: bytes, *, with_body: bool = True) -> PageRecord:
@@ -65,10 +132,20 @@ def decode_page(data: bytes, *, with_body: bool = True) -> PageRecord:
         raise CrawlerError(f"not a page record (magic {magic!r})")
     if version > _VERSION:
         raise CrawlerError(f"page record version {version} is newer than this crawler reads")
-    head = json.loads(data[_HEAD.size : _HEAD.size + hlen])
-    raw = data[_HEAD.size + hlen :]
+    end = _HEAD.size + hlen
+    head = json.loads(data[_HEAD.size : end])
+    links = b""
+    if version >= 2:
+        if len(data) < end + _COUNT.size:
+            raise CrawlerError("page record is cut in its link section")
+        (n,) = _COUNT.unpack_from(data, end)
+        links = data[end + _COUNT.size : end + _COUNT.size + n * LINK_SIZE]
+        if len(links) != n * LINK_SIZE:
+            raise CrawlerError("page record is cut in its link section")
+        end += _COUNT.size + n * LINK_SIZE
+    raw = data[end:]
     body = zlib.decompress(raw) if (with_body and raw) else b""
-    return PageRecord(**head, body=body)
+    return PageRecord(**head, links=links, body=body)
 
 
 class Pending(NamedTuple):

@@ -42,7 +42,8 @@ Theory of operation.
    non-http(s) one leaves relative links unresolvable). Anchors with
    ``rel="nofollow"`` are skipped unless ``follow_rel_nofollow`` (the same
    courtesy as meta robots nofollow; the engine can turn it on when it does
-   not obey robots). Every href goes through
+   not obey robots); they come back apart, in ``nofollow_links``, for the
+   link graph. Every href goes through
    :func:`crawler.web.urls.normalize`; rejects (other schemes, bad hosts, too
    long) are counted, duplicates dropped, order kept, at most ``max_links``
    links.
@@ -137,6 +138,9 @@ class PageLinks:
     charset: str  # the Python codec the body was decoded with
     rejected: int  # hrefs dropped by rule (scheme, invalid, too long, rel=nofollow)
     truncated: bool = False  # more than max_links links (or 4x as many distinct raw hrefs)
+    # rel=nofollow anchors skipped above (normalized, unique, not in ``links``), at most
+    # max_links: the link graph keeps them, flagged, though they are not followed.
+    nofollow_links: tuple[str, ...] = ()
 
 
 def is_html(content_type: str | None, body_head: bytes = b"") -> bool:
@@ -353,6 +357,7 @@ def _collect(items: list[Item], page: str, charset: str, *, max_links: int, max_
             base = None if exc.reason == "scheme" else page
     nofollow = noindex = False
     seen: dict[str, None] = {}
+    skipped: dict[str, None] = {}  # rel=nofollow
     rejected = 0
     full = False
     for tag, first, second in items:
@@ -363,13 +368,17 @@ def _collect(items: list[Item], page: str, charset: str, *, max_links: int, max_
             continue
         if tag == "base" or first is None or full:
             continue
-        if second is not None and not follow_rel_nofollow and "nofollow" in second.lower().split():
-            rejected += 1
-            continue
+        rel_nofollow = (second is not None and not follow_rel_nofollow
+                        and "nofollow" in second.lower().split())
         try:
             link = normalize(first, base, max_length=max_url_length)
         except URLError:
             rejected += 1
+            continue
+        if rel_nofollow:
+            rejected += 1
+            if len(skipped) < max_links:
+                skipped[link] = None
             continue
         if link not in seen:
             if len(seen) >= max_links:
@@ -377,4 +386,5 @@ def _collect(items: list[Item], page: str, charset: str, *, max_links: int, max_
                 continue
             seen[link] = None
     return PageLinks(links=tuple(seen), nofollow=nofollow, noindex=noindex, base=base or "",
-                     charset=charset, rejected=rejected, truncated=truncated)
+                     charset=charset, rejected=rejected, truncated=truncated,
+                     nofollow_links=tuple(u for u in skipped if u not in seen))

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
 import os
 import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import kvstore
 from crawler.config import CrawlerConfig
@@ -48,13 +54,22 @@ def run_crawl(
     return engine
 
 
+def shard_paths(data_dir: Path) -> list[Path]:
+    """The crawl's shard directories (``[data_dir]`` for a one-process crawl)."""
+    from crawler.state.shards import shard_dirs
+
+    return [Path(d) for d in shard_dirs(str(data_dir))]
+
+
 def records(data_dir: Path) -> dict[str, PageRecord]:
-    """Every page record of a crawl, by URL (bodies left out)."""
+    """Every page record of a crawl (every shard of it), by URL (bodies left out)."""
     out = {}
-    with kvstore.open(data_dir / "main", readonly=True) as main:
-        for key in main:
-            rec = decode_page(main[key], with_body=False)
-            out[rec.url] = rec
+    for shard in shard_paths(data_dir):
+        with kvstore.open(shard / "main", readonly=True) as main:
+            for key in main:
+                rec = decode_page(main[key], with_body=False)
+                assert rec.url not in out, f"{rec.url} recorded by two shards"
+                out[rec.url] = rec
     return out
 
 
@@ -64,6 +79,8 @@ def fetched_urls(data_dir: Path) -> set[str]:
 
 
 def cli_args(web: TestWeb, data_dir: Path, *extra: str) -> list[str]:
+    """``crawler start`` on ``web``, one process unless ``extra`` says ``--processes N``
+    (the tests written for the single engine keep testing it; test_shards the rest)."""
     return crawl_command(
         web,
         data_dir,
@@ -77,6 +94,8 @@ def cli_args(web: TestWeb, data_dir: Path, *extra: str) -> list[str]:
         "3600",
         "--timeout",
         "10",
+        "--processes",
+        "1",
         *extra,
     )
 
@@ -95,8 +114,12 @@ def record(data_dir: Path, url: str) -> PageRecord:
     """The page record of one URL, body included (KeyError if the URL was never recorded)."""
     from crawler.web.urls import url_key
 
-    with kvstore.open(data_dir / "main", readonly=True) as main:
-        return decode_page(main[url_key(url)])
+    for shard in shard_paths(data_dir):
+        with kvstore.open(shard / "main", readonly=True) as main:
+            key = url_key(url)
+            if key in main:
+                return decode_page(main[key])
+    raise KeyError(url)
 
 
 def status_json(data_dir: Path) -> dict[str, Any]:
@@ -112,8 +135,10 @@ def bad_hosts(data_dir: Path) -> dict[str, dict[str, Any]]:
     """The persisted BadHosts entries, by host name."""
     import json
 
-    with kvstore.open(data_dir / "badhosts", readonly=True) as bad:
-        entries = [json.loads(bad[k]) for k in bad]
+    entries = []
+    for shard in shard_paths(data_dir):
+        with kvstore.open(shard / "badhosts", readonly=True) as bad:
+            entries += [json.loads(bad[k]) for k in bad]
     return {e["host"]: e for e in entries}
 
 
@@ -128,3 +153,127 @@ def host_name(url: str) -> str:
     parts = split(url)
     assert parts is not None, url
     return parts.host
+
+
+# -- waiting on a running crawl (never a fixed sleep: machines differ) -------------------
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    proc: subprocess.Popen[bytes] | None,
+    what: str,
+    timeout: float = 60.0,
+) -> None:
+    """Poll until ``condition()`` holds, failing if ``proc`` (the crawl) ends first or
+    nothing happens within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc is None or proc.poll() is None, f"the crawl ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+        time.sleep(0.01)
+
+
+def answered_pages(web: TestWeb) -> int:
+    """Page requests (robots.txt aside) the test web has answered so far."""
+    return sum(1 for r in web.log.records(done=True) if r.path != "/robots.txt")
+
+
+def read_lines(stream: IO[bytes] | None) -> list[str]:
+    """The lines of a running process's pipe, as they come (a daemon thread reads it):
+    a test can wait for a message without blocking on the pipe."""
+    assert stream is not None
+    lines: list[str] = []
+
+    def pump() -> None:
+        with stream:
+            for line in stream:
+                lines.append(line.decode("utf-8", "replace"))
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+# -- a scripted HTTP server, for what the test web cannot be made to do -------------------
+
+
+@dataclass
+class Hit:
+    """One request to a LocalServer, timed like the test web's log (time.time())."""
+
+    path: str
+    start: float  # request head read
+    end: float  # answer handed to the socket
+    status: int
+    headers: dict[str, str]  # request headers, names lower-cased
+
+
+Answer = tuple[int, list[tuple[str, str]], bytes]  # status, headers, body
+
+
+class LocalServer:
+    """An HTTP/1.0 server on 127.0.0.1 that answers ``answer(path, hits so far)`` and logs
+    every request in ``hits``. A context manager; thread-safe."""
+
+    def __init__(self, answer: Callable[[str, list[Hit]], Answer]) -> None:
+        self.hits: list[Hit] = []
+        lock = threading.Lock()
+        hits = self.hits
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                start = time.time()
+                with lock:
+                    status, headers, body = answer(self.path, list(hits))
+                self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                sent = {k.lower(): v for k, v in self.headers.items()}
+                with lock:
+                    hits.append(Hit(self.path, start, time.time(), status, sent))
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def url(self, path: str = "/") -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}{path}"
+
+    def __enter__(self) -> LocalServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+def html_links(paths: list[str]) -> Answer:
+    """A 200 HTML page linking ``paths``."""
+    body = "".join(f'<a href="{p}">{p}</a>\n' for p in paths)
+    return 200, [("Content-Type", "text/html")], f"<html><body>{body}</body></html>".encode()
+
+
+def run_cli(args: list[str], timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+    """Run a crawler command to its end; its exit code and text output."""
+    proc = start_cli(args)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(args, proc.returncode, out.decode(), err.decode())
+
+
+def page_refetches(web: TestWeb) -> dict[str, int]:
+    """URLs (robots.txt aside: each run reads it again) requested more than once, and how often."""
+    counts = Counter(r.url for r in web.log.records() if r.path != "/robots.txt")
+    return {url: n for url, n in counts.items() if n > 1}
+
+
+def wait_for_answers(web: TestWeb, proc: subprocess.Popen[bytes], n: int) -> None:
+    """Wait until the test web has answered ``n`` more page requests: the crawl made
+    progress (a kill then lands in the middle of a crawl, not in its start-up)."""
+    goal = answered_pages(web) + n
+    wait_for(lambda: answered_pages(web) >= goal, proc, f"{n} more answers")

@@ -31,6 +31,10 @@ RECORDS: dict[str, str | list[str]] = {
 }
 #: Generous: only a test that fails would wait this long.
 TIMEOUT = 5.0
+#: The timeout of the tests that time a lookup of a dead name, and their slack on top:
+#: other test runs share this machine's two cores, so a thread may wait for a CPU for
+#: a good part of a second; a lookup that took twice its timeout still fails.
+BOUNDED, SLACK = 1.5, 1.0
 
 
 class Clock:
@@ -192,11 +196,12 @@ class TestFailures:
         assert [q.rcode for q in server.queries("sf.test")] == ["SERVFAIL"]
 
     def test_timeout_kind_and_bound(self, server: DNSServer) -> None:
-        cache = make(server, timeout=0.3)
+        # The timeout bounds the whole lookup, however long one try may wait.
+        cache = make(server, timeout=BOUNDED, try_timeout=10 * BOUNDED)
         start = time.monotonic()
         assert kind_of(cache, "dead.test") == "timeout"
-        # Generous bound (the design limit is 0.3 s): the lookup is not left hanging.
-        assert time.monotonic() - start < 10
+        took = time.monotonic() - start
+        assert BOUNDED - 0.05 <= took <= BOUNDED + SLACK, took
         assert server.queries("dead.test")
 
     def test_retries_udp_within_the_timeout(self, server: DNSServer) -> None:
@@ -363,16 +368,23 @@ class TestConcurrency:
         assert len(server.queries("sfslow.test")) == 1
 
     def test_waiters_bounded_by_the_timeout(self, server: DNSServer) -> None:
-        cache = make(server, timeout=0.3)
+        """Threads that wait for another's query of a dead name give up with it: each
+        one within the timeout (plus slack) of its own call, none by querying again."""
+        cache = make(server, timeout=BOUNDED)
         kinds: list[str] = []
+        took: list[float] = []
         lock = threading.Lock()
+        barrier = threading.Barrier(8)
 
         def worker() -> None:
+            barrier.wait()
+            start = time.monotonic()
             try:
                 cache.resolve("dead.test")
             except DNSError as exc:
                 with lock:
                     kinds.append(exc.kind)
+                    took.append(time.monotonic() - start)
 
         threads = [threading.Thread(target=worker) for _ in range(8)]
         for t in threads:
@@ -381,6 +393,8 @@ class TestConcurrency:
             t.join(30)
         assert not any(t.is_alive() for t in threads)
         assert kinds == ["timeout"] * 8
+        assert max(took) <= BOUNDED + SLACK, took
+        assert cache.stats().queries == 1  # one lookup, seven waiters
 
     def test_many_names_many_threads(self, server: DNSServer) -> None:
         names = {f"n{i}.test": f"127.0.2.{i}" for i in range(40)}

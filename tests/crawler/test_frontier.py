@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
 
+import pytest
+
+import kvstore
 from crawler.state.frontier import Claimed, Frontier, Outcome
 from crawler.state.pages import PageRecord, Pending, decode_page, encode_page
 from crawler.web.urls import url_key
@@ -136,3 +140,44 @@ def test_admission_is_exact_whatever_the_recent_keys_cache_holds(tmp_path: Path)
     assert f.counts()["admitted"] == len(offered)
     assert (tmp_path / "urls.log").read_text().count("\n") == len(offered)
     f.close()
+
+
+def _submitter(f: Frontier, outcome: Outcome) -> threading.Thread:
+    t = threading.Thread(target=f.submit, args=(outcome,), daemon=True)
+    t.start()
+    return t
+
+
+def test_submit_waits_while_max_queued_outcomes_are_unwritten(tmp_path: Path) -> None:
+    """A committer that lags holds the workers back: past ``max_queued`` unwritten
+    outcomes a submit waits for the next commit (a kill then loses little)."""
+    f = Frontier(str(tmp_path), bulk_size=4, max_queued=2)
+    f.add_seeds([Pending(u(i)) for i in range(4)])
+    f.commit()
+    claimed = claim_all(f)
+    f.submit(Outcome(claimed[0], page(claimed[0])))
+    f.submit(Outcome(claimed[1], page(claimed[1])))
+    third = _submitter(f, Outcome(claimed[2], page(claimed[2])))
+    third.join(0.3)  # the one wait that must time out: nothing would end it but a commit
+    assert third.is_alive(), "a third unwritten outcome was queued past max_queued=2"
+    assert f.commit() == 2
+    third.join(10)
+    assert not third.is_alive()
+    f.submit(Outcome(claimed[3], page(claimed[3])))  # room for one more beside the third
+    assert f.commit() == 2 and f.idle()
+    f.close()
+
+
+def test_a_failed_commit_leaves_no_submitter_waiting(tmp_path: Path) -> None:
+    f = Frontier(str(tmp_path), bulk_size=2, max_queued=1)
+    f.add_seeds([Pending(u(0)), Pending(u(1))])
+    f.commit()
+    claimed = claim_all(f)
+    f.submit(Outcome(claimed[0], page(claimed[0])))
+    second = _submitter(f, Outcome(claimed[1], page(claimed[1])))
+    f.main.close()  # the next write fails, as on a broken disk
+    with pytest.raises(kvstore.exceptions.KVStoreError):
+        f.commit()
+    second.join(10)
+    assert not second.is_alive(), "a submitter still waits for a committer that failed"
+    f.close()  # abandons the stores: nothing more is written

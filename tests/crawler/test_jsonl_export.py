@@ -21,6 +21,7 @@ from tools.testweb import SiteConfig, TestWeb, fault
 
 FIELDS = {"url", "final_url", "status", "reason", "content_type", "fetched_at", "ip", "depth",
           "outlinks", "truncated", "noindex", "redirect", "size"}
+GRAPH = {"elapsed", "links", "rank", "rank_scaled"}  # test_linkgraph.py, test_rank.py
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def test_jsonl_objects_match_the_page_records(crawl: tuple[TestWeb, Path], tmp_p
     kinds = set()
     for url, obj in got.items():
         page = pages[url]
-        assert set(obj) == FIELDS
+        assert set(obj) == FIELDS | GRAPH
         when = datetime.fromisoformat(obj["fetched_at"].replace("Z", "+00:00"))
         assert obj["fetched_at"].endswith("Z") and when.utcoffset() is not None
         assert abs(when.timestamp() - page.fetched_at) < 1e-5

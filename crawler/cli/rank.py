@@ -1,0 +1,95 @@
+"""The ``rank`` command: PageRank of the crawl's pages, stored in ``DIR/rank``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from ..read.graph import DEFAULT_BLOCK_NODES, DEFAULT_CHUNK
+from ..read.listing import CrawlReader
+from ..read.rank import DEFAULT_DAMPING, DEFAULT_MAX_ITER, DEFAULT_TOL, rank_crawl
+from ..read.rankstore import RankStore
+from ._common import log_to_stderr, stdout_gone
+
+
+def _positive(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return n
+
+
+def add_parsers(sub: Any) -> None:
+    rank = sub.add_parser(
+        "rank",
+        help="compute PageRank over the crawl's links and store it in DIR/rank",
+        description="Build the link graph of the fetched pages (links marked nofollow and "
+        "links to URLs without an HTTP answer left out; a redirect passes its rank to its "
+        "target; dangling pages spread theirs uniformly), iterate PageRank out of core until "
+        "the L1 change is below --tol, and store the ranks for pages --sort rank, show and "
+        "export. Works on a running crawl (the records flushed when it starts). "
+        "See docs/REPORT.md.",
+        epilog="example: python -m crawler rank crawl1 --top 20",
+    )
+    rank.add_argument("data", metavar="DIR", help="crawl data directory")
+    rank.add_argument("--damping", type=float, default=DEFAULT_DAMPING, help="damping factor")
+    rank.add_argument("--tol", type=float, default=DEFAULT_TOL,
+                      help="stop when the L1 change of an iteration is below this")
+    rank.add_argument("--max-iter", type=_positive, default=DEFAULT_MAX_ITER, metavar="N")
+    rank.add_argument("--top", type=int, default=10, metavar="N",
+                      help="print the N strongest pages (0: none)")
+    rank.add_argument("--block-nodes", type=_positive, default=DEFAULT_BLOCK_NODES,
+                      metavar="N", help="nodes per block: the memory bound is ~35 B x N "
+                      "+ 24 B x --chunk")
+    rank.add_argument("--chunk", type=_positive, default=DEFAULT_CHUNK, metavar="N",
+                      help="edges per vectorized step")
+    rank.add_argument("--work", metavar="TMPDIR",
+                      help="where to build the graph (default: inside DIR)")
+    rank.add_argument("--json", action="store_true", help="the summary as one JSON object")
+    rank.add_argument("--quiet", action="store_true", help="only warnings on stderr")
+
+
+def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.command == "rank":
+        if not 0 < args.damping < 1:
+            parser.error("rank: --damping must be between 0 and 1")
+        if args.tol <= 0:
+            parser.error("rank: --tol must be > 0")
+        if args.top < 0:
+            parser.error("rank: --top cannot be negative")
+
+
+def cmd_rank(args: argparse.Namespace) -> int:
+    log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
+    with CrawlReader(args.data) as reader:
+        result = rank_crawl(reader, damping=args.damping, tol=args.tol, max_iter=args.max_iter,
+                            block=args.block_nodes, chunk=args.chunk, work_dir=args.work)
+    g = result.graph
+    try:
+        with RankStore(args.data) as store:
+            top = [(url, raw, 100.0 * raw / store.max_rank)
+                   for _, url, raw in store.ordered(args.top)] if args.top else []
+        if args.json:
+            print(json.dumps({**{k: v for k, v in vars(result).items() if k != "graph"},
+                              "graph": g, "top": [{"url": u, "rank": r, "rank_scaled": s}
+                                                  for u, r, s in top]}))
+        else:
+            print(f"ranked {g['fetched']} pages of {g['records']} records: {g['edges']} "
+                  f"links between them ({g['links']} links in all, {g['unrecorded']} to "
+                  f"unrecorded URLs), {g['dangling']} dangling")
+            state = "converged" if result.converged else "NOT converged"
+            print(f"{state} after {result.iterations} iterations: L1 change "
+                  f"{result.delta:.3g} (tolerance {result.tol:g}), "
+                  f"{result.seconds_per_iteration:.3f} s per iteration")
+            for url, raw, scaled in top:
+                print(f"{scaled:7.2f}\t{raw:.6g}\t{url}")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return stdout_gone()
+    return 0
+
+
+COMMANDS = {"rank": cmd_rank}

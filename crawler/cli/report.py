@@ -1,0 +1,135 @@
+"""The ``report`` and ``serve`` commands: the crawl report as one HTML file (or JSON), or live."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+from ..exceptions import CrawlerError
+from ..read import charts
+from ..read.report import DEFAULT_LIMIT, DEFAULT_REFERRERS, compute
+from ..read.reporthtml import render
+from ..read.serve import DEFAULT_INTERVAL, DEFAULT_PORT, DEFAULT_REFRESH, ReportServer
+from ._common import log_to_stderr
+
+
+def _common(p: Any) -> None:
+    p.add_argument("data", metavar="DIR", help="crawl data directory")
+    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
+                   help="rows in each list (hosts, chains, broken links...)")
+    p.add_argument("--referrers", type=int, default=DEFAULT_REFERRERS, metavar="N",
+                   help="pages shown per broken link target")
+    p.add_argument("--no-rank", action="store_true", help="skip PageRank")
+    p.add_argument("--work", metavar="TMPDIR", help="where the temporary graph is built")
+
+
+def add_parsers(sub: Any) -> None:
+    report = sub.add_parser(
+        "report",
+        help="write the crawl report: one self-contained HTML file, or JSON",
+        description="Outcomes, pages and errors over time, hosts, depth, redirect chains, "
+        "broken links and who links to them, duplicate content, the slowest and largest "
+        "pages, the top pages by PageRank: computed in streaming passes over the crawl "
+        "(running or stopped: read-only). The HTML needs no network (inline CSS and SVG "
+        "charts; charts need the [report] extra: matplotlib). See docs/REPORT.md.",
+        epilog="example: python -m crawler report crawl1 --out report.html",
+    )
+    _common(report)
+    report.add_argument("--out", metavar="FILE", help="output file (default: stdout)")
+    report.add_argument("--format", choices=("html", "json"), default="html")
+    report.add_argument("--quiet", action="store_true", help="only warnings on stderr")
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve the crawl report live (read-only, loopback by default)",
+        description="An HTTP server with the report of a running (or stopped) crawl: / is "
+        "the HTML page, refreshing itself, /report.json its numbers. The report is "
+        "recomputed in the background when the crawl changed, at most every --interval "
+        "seconds. Nothing is ever written to the crawl. Ctrl-C stops it.",
+        epilog="example: python -m crawler serve crawl1 --port 8765",
+    )
+    _common(serve)
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port (0: any free)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default 127.0.0.1: this machine only)")
+    serve.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, metavar="S",
+                       help="seconds between recomputations")
+    serve.add_argument("--refresh", type=int, default=DEFAULT_REFRESH, metavar="S",
+                       help="seconds between reloads of the page")
+
+
+def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.command in ("report", "serve"):
+        if args.limit < 1 or args.referrers < 0:
+            parser.error(f"{args.command}: --limit must be >= 1 and --referrers >= 0")
+    if args.command == "report" and args.format == "html" and args.out == "-":
+        args.out = None
+    if args.command == "serve":
+        if not 0 <= args.port < 65536:
+            parser.error("serve: --port must be 0..65535")
+        if args.interval <= 0 or args.refresh < 1:
+            parser.error("serve: --interval must be > 0 and --refresh >= 1")
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"limit": args.limit, "referrers": args.referrers, "rank": not args.no_rank,
+            "work_dir": args.work}
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
+    if args.format == "html" and not charts.available():
+        raise CrawlerError("the HTML report's charts need matplotlib: pip install "
+                           "'kvcrawl[report]' (or use --format json)")
+    report = compute(args.data, **_options(args))
+    text = render(report) if args.format == "html" else json.dumps(report, indent=1) + "\n"
+    if args.out is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return 0
+    tmp = args.out + ".part"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, args.out)
+    except OSError as exc:
+        raise CrawlerError(f"cannot write the report: {exc}") from exc
+    logging.getLogger(__name__).info("report of %s written to %s", args.data, args.out)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    log_to_stderr(logging.INFO)
+    if not charts.available():
+        raise CrawlerError("the report's charts need matplotlib: pip install 'kvcrawl[report]'")
+    try:
+        loopback = ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = args.host == "localhost"
+    log = logging.getLogger(__name__)
+    if not loopback:
+        log.warning("serving on %s: the report (URLs, hosts) is visible to other machines",
+                    args.host)
+    try:
+        server = ReportServer(args.data, host=args.host, port=args.port, interval=args.interval,
+                              refresh=args.refresh, **_options(args))
+    except OSError as exc:
+        raise CrawlerError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
+    server.start()
+    print(f"serving the report of {args.data} at {server.url} (Ctrl-C stops)", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+COMMANDS = {"report": cmd_report, "serve": cmd_serve}

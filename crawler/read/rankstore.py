@@ -1,0 +1,140 @@
+"""Reading the rank store ``DIR/rank`` that ``python -m crawler rank`` leaves (crawler.read.rank).
+
+A lookup by url_key is a binary search in the sorted key index (two u64
+array files, memory-mapped: a lookup touches ~log2(N) pages, and the OS page
+cache, not the process, keeps them), then one read in the per-rid arrays. The
+ranks are those of the snapshot the rank run read: a page recorded since has
+none (``None``) until the next run; ``records`` says how many the run saw.
+
+Thread safety: for one thread (numpy memmaps are read-only, but keep it simple).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..exceptions import DataDirError
+from . import _spill
+from .graph import META_NAME, split_keys
+from .rank import RANK_DIR, RANK_META
+
+_ORDER_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Rank:
+    raw: float  # PageRank, the N fetched pages summing to 1
+    scaled: float  # 100 * raw / the strongest page's raw rank
+    inlinks: int  # records linking or redirecting here (any flag) at rank time
+
+
+class RankStore:
+    """The ranks of one crawl. A context manager (nothing to release but maps)."""
+
+    def __init__(self, data_dir: str) -> None:
+        self.dir = os.path.join(data_dir, RANK_DIR)
+        try:
+            with open(os.path.join(self.dir, RANK_META), encoding="utf-8") as f:
+                self.meta: dict[str, Any] = json.load(f)
+            with open(os.path.join(self.dir, META_NAME), encoding="utf-8") as f:
+                self.graph: dict[str, Any] = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise DataDirError(f"{self.dir}: not a rank store ({exc}); run "
+                               f"python -m crawler rank {data_dir}") from exc
+        n = int(self.graph["records"])
+        self.n = n
+        self.max_rank = float(self.meta["max_rank"]) or 1.0
+        self._hi = _spill.memmap(self._path("index.hi.u8"), np.uint64, n)
+        self._lo = _spill.memmap(self._path("index.lo.u8"), np.uint64, n)
+        self._rid = _spill.memmap(self._path("index.rid.u8"), np.uint64, n)
+        self._inlinks = _spill.memmap(self._path("index.inlinks.u4"), np.uint32, n)
+        self._rank = _spill.memmap(self._path("rank.f8"), np.float64, n)
+        self._status = _spill.memmap(self._path("status.i2"), np.int16, n)
+        self._urloff = _spill.memmap(self._path("urloff.u8"), np.uint64, n + 1)
+        self._keys = _spill.memmap(self._path("keys.bin"), np.uint8, n * 16)
+        self._urls_path = self._path("urls.bin")
+        self._urls = open(self._urls_path, "rb")  # noqa: SIM115 - closed by close()
+        self.ordered_count = os.path.getsize(self._path("order.u8")) // 8
+
+    @classmethod
+    def open(cls, data_dir: str) -> RankStore | None:
+        """The store of ``data_dir``, or None when no rank run left one."""
+        if not os.path.exists(os.path.join(data_dir, RANK_DIR, RANK_META)):
+            return None
+        return cls(data_dir)
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def close(self) -> None:
+        self._urls.close()
+
+    def __enter__(self) -> RankStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def rid(self, key: bytes) -> int | None:
+        """The record id of ``key`` in the ranked snapshot, or None."""
+        pos = self._pos(key)
+        return None if pos is None else int(self._rid[pos])
+
+    def _pos(self, key: bytes) -> int | None:
+        """Where ``key`` is in the sorted index (equal high halves walked), or None."""
+        hi, lo = split_keys(key)
+        h, lo_ = hi[0], lo[0]
+        i = int(np.searchsorted(self._hi, h))
+        while i < self.n and self._hi[i] == h:
+            if self._lo[i] == lo_:
+                return i
+            i += 1
+        return None
+
+    def get(self, key: bytes) -> Rank | None:
+        """The rank of ``key``; None when it was not ranked (no record then, or no
+        HTTP answer)."""
+        pos = self._pos(key)
+        if pos is None:
+            return None
+        rid = int(self._rid[pos])
+        if self._status[rid] <= 0:
+            return None
+        raw = float(self._rank[rid])
+        return Rank(raw, 100.0 * raw / self.max_rank, int(self._inlinks[pos]))
+
+    def url_of(self, rid: int) -> str:
+        start, end = int(self._urloff[rid]), int(self._urloff[rid + 1])
+        self._urls.seek(start)
+        return self._urls.read(end - start).decode("utf-8")
+
+    def key_of(self, rid: int) -> bytes:
+        return bytes(self._keys[rid * 16 : rid * 16 + 16])
+
+    def url(self, key: bytes) -> str | None:
+        """The URL of a recorded key (the Resolver's fast table), or None."""
+        rid = self.rid(key)
+        return None if rid is None else self.url_of(rid)
+
+    def ordered(self, limit: int | None = None) -> Iterator[tuple[int, str, float]]:
+        """(rid, URL, raw rank) of the ranked pages, strongest first."""
+        total = self.ordered_count if limit is None else min(limit, self.ordered_count)
+        for i in range(0, total, _ORDER_CHUNK):
+            rids = _spill.read_slice(self._path("order.u8"), np.uint64, i,
+                                     min(_ORDER_CHUNK, total - i))
+            for rid in rids.tolist():
+                yield rid, self.url_of(rid), float(self._rank[rid])
+
+    def describe(self) -> str:
+        m = self.meta
+        return (f"ranks of {m['records']} records ({self.graph['fetched']} ranked) from "
+                f"{m['iterations']} iterations, L1 change {m['delta']:.3g}")
+
+
+__all__ = ["Rank", "RankStore"]

@@ -1,0 +1,155 @@
+"""The shard layout of a crawl: how many shards, where each keeps its state, who owns a host.
+
+Theory of operation
+-------------------
+A crawl of N shards splits the hosts: host ``h`` belongs to shard
+``int.from_bytes(md5(h)[:8], "big") % N``, where ``h`` is the lowercase host
+name without the port (:func:`crawler.web.urls.host_key`, the key of BadHosts
+and Host2IP). By host, not by registered domain: politeness, robots.txt (per
+origin, so per host) and BadHosts are per host, so a single owner keeps each
+exact with no coordination; owning registered domains would need the Public
+Suffix List (a dependency that changes every week) and would balance worse
+(one big site with many subdomains on one shard).
+
+On disk (docs/SHARDS.md):
+
+* ``DIR/shards.json``: ``{"format": 1, "shards": N}``, written atomically when
+  the crawl is created; a newer format is refused.
+* N == 1: ``DIR`` itself is the shard's directory (``main/``, ``pend/``,
+  ``badhosts/``, ``urls.log``, ``status.json``): the layout of crawls made
+  before shards existed, so such a crawl (``DIR/main/``, no shards.json)
+  opens as one shard in place and is given a shards.json.
+* N > 1: ``DIR/shard-00`` ... each a whole crawl directory of one shard, plus
+  its ``outbox/`` (crawler.state.outbox).
+
+Thread safety: everything here is pure or reads/writes small files once; the
+:class:`Router` caches owners in a dict (a race costs a recomputation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from hashlib import md5
+
+from ..exceptions import DataDirError, ShardCountError
+
+SHARDS_NAME = "shards.json"
+SHARDS_FORMAT = 1
+_ROUTER_CACHE = 1 << 16  # netlocs remembered by a Router before it starts over
+
+
+def owner(host: str, count: int) -> int:
+    """The shard (0..count-1) that owns ``host`` (as :func:`crawler.web.urls.host_of`
+    gives it)."""
+    if count == 1:
+        return 0
+    return int.from_bytes(md5(host.lower().encode("utf-8")).digest()[:8], "big") % count
+
+
+def shard_dir(data_dir: str, index: int, count: int) -> str:
+    """The directory holding shard ``index``'s state."""
+    if count == 1:
+        return data_dir
+    return os.path.join(data_dir, f"shard-{index:02d}")
+
+
+def read_count(data_dir: str) -> int | None:
+    """The recorded shard count: shards.json's, 1 for a crawl made before shards
+    (``main/`` and no shards.json), None if ``data_dir`` holds no crawl yet."""
+    path = os.path.join(data_dir, SHARDS_NAME)
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+    except FileNotFoundError:
+        return 1 if os.path.isdir(os.path.join(data_dir, "main")) else None
+    except (OSError, ValueError) as exc:
+        raise DataDirError(f"{path}: unreadable: {exc}") from exc
+    if not isinstance(info, dict) or not isinstance(info.get("shards"), int):
+        raise DataDirError(f"{path}: not a shard layout (no shard count)")
+    if info.get("format", 0) > SHARDS_FORMAT:
+        raise DataDirError(
+            f"{path}: format {info.get('format')} is newer than this crawler reads "
+            f"({SHARDS_FORMAT})"
+        )
+    count = int(info["shards"])
+    if count < 1:
+        raise DataDirError(f"{path}: bad shard count {count}")
+    return count
+
+
+def open_layout(data_dir: str, requested: int | None) -> int:
+    """The shard count of the crawl in ``data_dir``, created (with shards.json) if
+    there is none yet: ``requested`` shards, or one per CPU when None.
+
+    Raises ShardCountError when ``requested`` differs from the recorded count."""
+    recorded = read_count(data_dir)
+    if recorded is not None:
+        if requested is not None and requested != recorded:
+            raise ShardCountError(data_dir, recorded, requested)
+        if not os.path.exists(os.path.join(data_dir, SHARDS_NAME)):
+            _write(data_dir, recorded)  # a crawl from before shards: record what it is
+        return recorded
+    count = requested if requested is not None else os.cpu_count() or 1
+    if count < 1:
+        raise ShardCountError(data_dir, 1, count)
+    _write(data_dir, count)
+    return count
+
+
+def _write(data_dir: str, count: int) -> None:
+    os.makedirs(data_dir, exist_ok=True)
+    path = os.path.join(data_dir, SHARDS_NAME)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"format": SHARDS_FORMAT, "shards": count}, f)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)  # a reader sees no file or the whole one
+
+
+def shard_dirs(data_dir: str) -> list[str]:
+    """Every shard directory of the crawl in ``data_dir`` (``[data_dir]`` for one shard
+    or a directory that holds no crawl yet), in shard order."""
+    count = read_count(data_dir) or 1
+    return [shard_dir(data_dir, i, count) for i in range(count)]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardPlace:
+    """Which shard of how many: what an engine needs to know about the others."""
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"shard {self.index} of {self.count}")
+
+
+class Router:
+    """Routes URLs to their owner shard. ``owner_of(url)`` takes a *normalized* URL and
+    splits only its netloc (cached: a crawl has far fewer hosts than links)."""
+
+    def __init__(self, place: ShardPlace) -> None:
+        self.place = place
+        self._cache: dict[str, int] = {}
+
+    def owner_of(self, url: str) -> int:
+        start = url.find("://") + 3
+        end = url.find("/", start)
+        netloc = url[start:] if end < 0 else url[start:end]
+        dest = self._cache.get(netloc)
+        if dest is None:
+            bare = netloc.endswith("]") or ":" not in netloc  # no port (or an IPv6 literal)
+            host = netloc if bare else netloc.rpartition(":")[0]
+            dest = owner(host, self.place.count)
+            if len(self._cache) >= _ROUTER_CACHE:
+                self._cache = {}
+            self._cache[netloc] = dest
+        return dest
+
+    def ours(self, url: str) -> bool:
+        return self.owner_of(url) == self.place.index
