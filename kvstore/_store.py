@@ -196,7 +196,9 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
         if saved is not None:
             return saved
         loaded = _files.load_records(
-            files, readonly=self.readonly, tail_check_bytes=tail_check_bytes,
+            files,
+            readonly=self.readonly,
+            tail_check_bytes=tail_check_bytes,
             chunk_records=_OPEN_CHUNK,
         )
         self.recovery = loaded.recovery
@@ -284,8 +286,9 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
                 header_size=fmt.HEADER_SIZE,
             )
         except OSError as exc:
-            log.warning("%s: could not save the index (%s); the next open rebuilds it",
-                        self.path, exc)
+            log.warning(
+                "%s: could not save the index (%s); the next open rebuilds it", self.path, exc
+            )
 
     def abandon(self) -> None:
         """Close *without* writing what is still buffered; the files keep exactly
@@ -444,13 +447,28 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
                 self._flush_locked(g)
 
     def sync(self) -> None:
-        """flush(), then fsync both files: the writes then survive a power loss."""
+        """flush(), then fsync both files: the writes then survive a power loss.
+
+        The fsync runs outside the lock, on duplicates of the descriptors: it can
+        take a second on a busy disk, and other threads' reads and writes must not
+        wait for it (what they write meanwhile is simply left to the next sync)."""
         with self._lock:
             g = self._live()
-            if not self.readonly:
-                self._flush_locked(g)
-                os.fsync(g.files.val_fd)
-                os.fsync(g.files.key_fd)
+            if self.readonly:
+                return
+            self._flush_locked(g)
+            fds = [os.dup(g.files.val_fd)]  # a concurrent close() cannot pull these away
+            try:
+                fds.append(os.dup(g.files.key_fd))
+            except OSError:
+                os.close(fds[0])
+                raise
+        try:
+            for fd in fds:  # VAL before KEY, as they were written
+                os.fsync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def _flush_locked(self, g: _Generation) -> None:
         # VAL before KEY: a KEY record must never reach the disk before its value.

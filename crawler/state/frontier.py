@@ -23,7 +23,8 @@ So at every instant an admitted URL is in a live PendDB bulk or done in
 MainDB, and a kill -9 loses only outcomes not yet written: URLs that were in
 flight (claimed, not committed), which the next run fetches again. On open,
 live bulks are simply live again; a URL already in MainDB is skipped when its
-bulk is claimed. fsync runs every ``sync_interval`` seconds.
+bulk is claimed. fsync runs every ``sync_interval`` seconds, on a thread of its
+own so that the committer never waits for the disk.
 
 The queue is bounded (``max_queued``, the engine's thread count): ``submit``
 waits while that many outcomes are *uncommitted* (queued, or in the batch the
@@ -170,6 +171,10 @@ class Frontier:
         self._seeds: list[tuple[bytes, Pending]] = []
         self._counter = 0
         self._last_sync = time.monotonic()
+        self._syncer: threading.Thread | None = None  # started at the first due fsync
+        self._sync_due = threading.Event()
+        self._syncer_stop = False
+        self._sync_failed: BaseException | None = None
         self.admitted = 0
         self._rebuild()
         self._failed: BaseException | None = None  # a commit failed: write nothing more
@@ -366,13 +371,54 @@ class Frontier:
         return keys
 
     def _maybe_sync(self, force: bool = False) -> None:
+        """fsync the stores every sync_interval, on the syncer thread: an fsync can
+        take a second on a busy disk, and the committer must go on writing (what is
+        written reaches the OS at once; the fsync only adds power-loss safety).
+        ``force`` (at close) stops the syncer and fsyncs here."""
+        if force:
+            self._stop_syncer()
+            self._sync_stores()
+            return
+        failed, self._sync_failed = self._sync_failed, None
+        if failed is not None:
+            raise failed  # from the syncer's last fsync: the commit fails with it
         now = time.monotonic()
-        if force or now - self._last_sync >= self.sync_interval:
-            self.pend.sync()
-            self.main.sync()
-            if self.outbox is not None:
-                self.outbox.sync()
+        if now - self._last_sync >= self.sync_interval:
             self._last_sync = now
+            if self._syncer is None:
+                self._syncer = threading.Thread(
+                    target=self._sync_loop, name="frontier-sync", daemon=True
+                )
+                self._syncer.start()
+            self._sync_due.set()
+
+    def _sync_loop(self) -> None:
+        while True:
+            self._sync_due.wait()
+            self._sync_due.clear()
+            if self._syncer_stop:  # set before the wake-up that brought us here
+                return
+            try:
+                self._sync_stores()
+            except BaseException as exc:  # noqa: BLE001 - handed to the committer
+                self._sync_failed = exc
+                return
+
+    def _stop_syncer(self) -> None:
+        if self._syncer is not None:
+            self._syncer_stop = True
+            self._sync_due.set()
+            self._syncer.join()
+            self._syncer = None
+        failed, self._sync_failed = self._sync_failed, None
+        if failed is not None:
+            raise failed
+
+    def _sync_stores(self) -> None:
+        self.pend.sync()
+        self.main.sync()
+        if self.outbox is not None:
+            self.outbox.sync()
 
     # -- state ------------------------------------------------------------------
 
@@ -404,9 +450,13 @@ class Frontier:
             try:
                 self.commit()
                 self._maybe_sync(force=True)
-            except OSError:
-                pass  # recorded in _failed; fall through to abandon
+            except OSError as exc:  # a failed commit is in _failed already, an fsync not
+                self._failed = self._failed or exc
         if self._failed is not None:
+            try:
+                self._stop_syncer()
+            except BaseException:  # noqa: BLE001 - the first failure is the one reported
+                pass
             closings = [self._log.close, self.pend.abandon, self.main.abandon]
             if self.outbox is not None:
                 closings.append(self.outbox.abandon)

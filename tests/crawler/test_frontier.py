@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import random
 import threading
 from pathlib import Path
@@ -181,3 +183,70 @@ def test_a_failed_commit_leaves_no_submitter_waiting(tmp_path: Path) -> None:
     second.join(10)
     assert not second.is_alive(), "a submitter still waits for a committer that failed"
     f.close()  # abandons the stores: nothing more is written
+
+
+def _blocking_fsync(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """os.fsync that waits to be released: a disk that takes its time."""
+    real = os.fsync
+    entered, release = threading.Event(), threading.Event()
+
+    def fsync(fd: int) -> None:
+        entered.set()
+        assert release.wait(10), "the test never released the fsync"
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return entered, release
+
+
+def test_commits_go_on_while_the_periodic_fsync_waits_for_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fsync every sync_interval must not stall the committer: pages answered
+    meanwhile would sit unwritten, and a kill -9 would refetch them all."""
+    f = Frontier(str(tmp_path), bulk_size=4, sync_interval=0.0)
+    f.add_seeds([Pending(u(i)) for i in range(4)])
+    f.commit()
+    claimed = claim_all(f)
+    entered, release = _blocking_fsync(monkeypatch)
+    try:
+        f.submit(Outcome(claimed[0], page(claimed[0])))
+        f.commit()  # due: the periodic fsync starts, and blocks
+        assert entered.wait(10), "no periodic fsync ran"
+        committing = threading.Thread(
+            target=lambda: [(f.submit(Outcome(c, page(c))), f.commit()) for c in claimed[1:]],
+            daemon=True,
+        )
+        committing.start()
+        committing.join(5)
+        assert not committing.is_alive(), "a commit waited for the periodic fsync"
+        with kvstore.open(tmp_path / "main", readonly=True) as main:  # what a restart sees
+            assert len(main) == 4
+    finally:
+        release.set()
+    monkeypatch.undo()
+    f.close()
+
+
+def test_a_failed_periodic_fsync_fails_the_next_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = Frontier(str(tmp_path), bulk_size=2, sync_interval=0.0)
+    f.add_seeds([Pending(u(0)), Pending(u(1))])
+    f.commit()
+    claimed = claim_all(f)
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", broken)
+    f.submit(Outcome(claimed[0], page(claimed[0])))
+    f.commit()  # starts the fsync that fails on the syncer thread
+    f._syncer.join(10)  # type: ignore[union-attr]
+    f.submit(Outcome(claimed[1], page(claimed[1])))
+    with pytest.raises(OSError, match="Input/output"):
+        f.commit()
+    monkeypatch.undo()
+    f.close()  # abandons the stores, as after any failed commit
+    with kvstore.open(tmp_path / "main") as main:
+        assert decode_page(main[claimed[0].key]).url == claimed[0].entry.url

@@ -42,11 +42,13 @@ def kill(proc: subprocess.Popen[bytes]) -> float:
 
 # A request answered (by the server's log) at most LOG_SLACK before the kill still
 # counts as open at it: the client still had to read the page, parse it and hand it to
-# the committer, among 16 workers taking turns at the GIL on a machine other test runs
-# load too, and the committer may have been in an fsync. That took up to 0.25 s in our
-# runs (0.1 s without fsyncs); a committer lagging behind its workers (issue 18) leaves
-# answers of seconds ago unwritten.
-LOG_SLACK = 0.5
+# the committer, among 16 workers taking turns at the GIL, in a process the OS may not
+# schedule for a while on a machine other test runs load too. That took up to 0.25 s
+# in quiet runs and 0.67 s once in CI, for one batch (the periodic fsync, which once
+# stalled the committer too, now runs on its own thread). The slack is generous on
+# purpose: the bound that holds the committer to its workers is the count per kill
+# below; this one catches answers of seconds ago left unwritten (an unflushed buffer).
+LOG_SLACK = 1.5
 KILLS = 10
 
 

@@ -9,6 +9,7 @@ import logging
 import os
 import struct
 import subprocess
+import threading
 import zlib
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -695,6 +696,46 @@ def test_sync_fsyncs_both_files_after_the_last_write(
         assert (key_file.stat().st_size, val_file.stat().st_size) == (key_size, val_size)
         assert (key_file.name, key_size) in synced, synced
         assert (val_file.name, val_size) in synced, synced
+
+
+def test_sync_lets_other_threads_read_and_write_during_its_fsync(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An fsync can take a second on a busy disk: the crawler's committer must keep
+    writing meanwhile. A spy holds sync()'s first fsync until this thread has put,
+    got and flushed through the same store."""
+    real_fsync = os.fsync
+    in_fsync, release = threading.Event(), threading.Event()
+
+    def slow_fsync(fd: int) -> None:
+        in_fsync.set()
+        assert release.wait(10), "the test never released the fsync"
+        real_fsync(fd)
+
+    with kvstore.open(store_path) as db:
+        db[k(1)] = b"one"
+        monkeypatch.setattr(os, "fsync", slow_fsync)
+        syncer = threading.Thread(target=db.sync)
+        syncer.start()
+        try:
+            assert in_fsync.wait(10)
+            done = threading.Event()
+
+            def use() -> None:
+                db[k(2)] = b"two"
+                assert db[k(1)] == b"one"
+                db.flush()
+                done.set()
+
+            user = threading.Thread(target=use, daemon=True)
+            user.start()
+            assert done.wait(5), "a put, get and flush waited for another thread's fsync"
+        finally:
+            release.set()
+            syncer.join(10)
+        monkeypatch.undo()
+        assert not syncer.is_alive()
+        assert db[k(2)] == b"two"
 
 
 def _all_error_classes() -> set[type[KVStoreError]]:
