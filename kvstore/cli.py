@@ -1,20 +1,12 @@
-"""``python -m kvstore``: dump, load, stats, get, verify and compact a store.
-
-The dump line format (also in docs/CLI.md)::
-
-    <32 lowercase hex digits of the key> TAB <escaped value> LF
-
-Value escaping: bytes 0x20..0x7e other than backslash stand for themselves;
-backslash is ``\\\\``, tab ``\\t``, newline ``\\n``, carriage return ``\\r``;
-every other byte is ``\\xNN`` with two lowercase hex digits. That is exactly
-what Python's ``unicode_escape`` codec writes for a Latin-1 string (quotes are
-not escaped), so both directions run in C; ``load`` checks every line against
-a strict pattern first, so the codec only ever sees these five escapes.
+"""``python -m kvstore``: dump, load, stats, get, put, delete, verify and compact a store.
 
 Commands that only read (dump, stats, get, verify) open the store read-only,
-so they work beside a live writer. Every ``KVStoreError`` becomes one
-``kvstore: error: ...`` line on stderr and exit status 1; usage errors are
-argparse's (exit status 2).
+so they work beside a live writer; load, put, delete and compact take the
+write lock. Only ``load`` and ``put --create`` make a store; every other
+command refuses a PATH that holds none. Every user error is one line,
+``kvstore: error: ...``, on stderr: exit status 1 for failures, 2 for usage.
+The dump line format lives in ``_cli_lines`` (and docs/CLI.md), the writing
+commands in ``_cli_write``.
 """
 
 from __future__ import annotations
@@ -25,90 +17,34 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, BinaryIO, NoReturn
 
-import kvstore
+from kvstore._cli_lines import escape_value, format_record, parse_record, unescape_value
+from kvstore._cli_support import (
+    PROG,
+    CliError,
+    both_keys_error,
+    describe_error,
+    format_stat,
+    open_readonly,
+    plural,
+    take_key,
+)
+from kvstore._cli_write import cmd_compact, cmd_delete, cmd_load, cmd_put
 from kvstore.exceptions import KVStoreError
 
-PROG = "kvstore"
-
-# load: records per put_many call, and a cap on the bytes buffered for one call.
-LOAD_BATCH_RECORDS = 10_000
-LOAD_BATCH_BYTES = 32 * 1024 * 1024
-
-# One escaped value, matched without backtracking (possessive quantifiers), so
-# a long or hostile line costs linear time.
-_VALUE_PATTERN = rb"(?:[\x20-\x5b\x5d-\x7e]++|\\(?:[\\tnr]|x[0-9a-f]{2}))*+"
-_LINE_RE = re.compile(rb"([0-9a-f]{32})\t(" + _VALUE_PATTERN + rb")\n?")
-_VALUE_PREFIX_RE = re.compile(_VALUE_PATTERN)
-_HEX_KEY_RE = re.compile(r"[0-9a-fA-F]{32}")
-
-
-class CliError(Exception):
-    """A failure the CLI reports as ``kvstore: error: <message>`` (exit status 1)."""
-
-
-# --- the line format -------------------------------------------------------
-
-
-def escape_value(value: bytes) -> bytes:
-    """Escape ``value`` for one dump line: printable ASCII except backslash is kept."""
-    return value.decode("latin-1").encode("unicode_escape")
-
-
-def unescape_value(text: bytes) -> bytes:
-    """Invert :func:`escape_value`; ``ValueError`` if ``text`` is not in its exact form."""
-    if _VALUE_PREFIX_RE.fullmatch(text) is None:
-        raise ValueError(_describe_bad_value(text, 0))
-    return text.decode("unicode_escape").encode("latin-1")
-
-
-def format_record(key: bytes, value: bytes) -> bytes:
-    """One dump line, newline included."""
-    return b"%s\t%s\n" % (key.hex().encode("ascii"), escape_value(value))
-
-
-def parse_record(line: bytes) -> tuple[bytes, bytes]:
-    """Parse one dump line (its trailing newline optional); ``ValueError`` says what is wrong."""
-    match = _LINE_RE.fullmatch(line)
-    if match is None:
-        raise ValueError(_describe_bad_line(line))
-    key_hex, escaped = match.groups()
-    value = escaped.decode("unicode_escape").encode("latin-1")
-    return bytes.fromhex(key_hex.decode("ascii")), value
-
-
-def _describe_bad_line(line: bytes) -> str:
-    body = line[:-1] if line.endswith(b"\n") else line
-    key_hex, tab, escaped = body.partition(b"\t")
-    if not tab:
-        return "expected <32 hex digit key><TAB><escaped value>, found no tab"
-    if re.fullmatch(rb"[0-9a-f]{32}", key_hex) is None:
-        return f"key must be 32 lowercase hex digits, found {_show(key_hex)}"
-    return _describe_bad_value(escaped, len(key_hex) + 1)
-
-
-def _describe_bad_value(escaped: bytes, column_base: int) -> str:
-    good = _VALUE_PREFIX_RE.match(escaped)
-    pos = good.end() if good is not None else 0
-    column = column_base + pos + 1  # 1-based byte column in the line
-    if pos < len(escaped) and escaped[pos] == 0x5C:
-        shown = escaped[pos : pos + (4 if escaped[pos + 1 : pos + 2] == b"x" else 2)]
-        return (
-            f"column {column}: invalid escape {_show(shown)} "
-            "(expected \\\\, \\t, \\n, \\r or \\xNN with lowercase hex digits)"
-        )
-    return f"column {column}: byte 0x{escaped[pos]:02x} must be escaped"
-
-
-def _show(data: bytes, limit: int = 40) -> str:
-    """Quote a piece of an input line for an error message, non-printable bytes as \\xNN."""
-    text = "".join(chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}" for b in data[:limit])
-    return f"'{text}{'...' if len(data) > limit else ''}'"
+__all__ = [
+    "CliError",
+    "build_parser",
+    "escape_value",
+    "format_record",
+    "main",
+    "parse_record",
+    "unescape_value",
+]
 
 
 # --- commands --------------------------------------------------------------
@@ -116,7 +52,7 @@ def _show(data: bytes, limit: int = 40) -> str:
 
 def cmd_dump(args: argparse.Namespace) -> int:
     """Write every live record, one line each, in index order."""
-    with _open_readonly(args.path) as store, _binary_output(args.output) as out:
+    with open_readonly(args.path) as store, _binary_output(args.output) as out:
         for key in store:
             try:
                 value = store[key]
@@ -127,64 +63,15 @@ def cmd_dump(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_load(args: argparse.Namespace) -> int:
-    """Put every record of a dump into the store (created if missing)."""
-    max_line = 4 * kvstore.DEFAULT_MAX_VALUE_SIZE + kvstore.KEY_SIZE * 2 + 2
-    loaded = 0
-    # The input is opened first, so a bad -i path does not create a store.
-    with _binary_input(args.input) as src, kvstore.open(args.path) as store:
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        batch_bytes = 0
-
-        def put_batch() -> None:
-            nonlocal batch_bytes, loaded
-            if keys:
-                store.put_many(keys, values)
-                loaded += len(keys)
-                keys.clear()
-                values.clear()
-                batch_bytes = 0
-
-        lineno = 0
-        while line := src.readline(max_line):
-            lineno += 1
-            try:
-                if len(line) == max_line and not line.endswith(b"\n"):
-                    raise ValueError(f"line longer than {max_line} bytes")
-                key, value = parse_record(line)
-                if len(value) > kvstore.DEFAULT_MAX_VALUE_SIZE:
-                    raise ValueError(
-                        f"value of {len(value)} bytes exceeds max_value_size="
-                        f"{kvstore.DEFAULT_MAX_VALUE_SIZE}"
-                    )
-            except ValueError as exc:
-                put_batch()  # everything before the bad line is kept
-                store.flush()
-                raise CliError(
-                    f"{_input_name(args.input)}: line {lineno}: {exc}; "
-                    f"loaded the {loaded} records before it"
-                ) from None
-            keys.append(key)
-            values.append(value)
-            batch_bytes += len(value)
-            if len(keys) >= LOAD_BATCH_RECORDS or batch_bytes >= LOAD_BATCH_BYTES:
-                put_batch()
-        put_batch()
-        store.flush()
-    print(f"loaded {loaded} records into {args.path}")
-    return 0
-
-
 def cmd_stats(args: argparse.Namespace) -> int:
     """Print store.stats() as a table, or as JSON with --json."""
-    with _open_readonly(args.path) as store:
+    with open_readonly(args.path) as store:
         stats = dataclasses.asdict(store.stats())
     if args.json:
         print(json.dumps({"path": os.fspath(args.path), **stats}, indent=2))
         return 0
     rows = [("path", os.fspath(args.path))]
-    rows += [(name.replace("_", " "), _format_stat(name, value)) for name, value in stats.items()]
+    rows += [(name.replace("_", " "), format_stat(name, value)) for name, value in stats.items()]
     width = max(len(label) for label, _ in rows)
     for label, text in rows:
         print(f"{label:<{width}}  {text}")
@@ -193,11 +80,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_get(args: argparse.Namespace) -> int:
     """Print one value, escaped (or raw with --raw)."""
-    with _open_readonly(args.path) as store:
+    key, extra = take_key(args.key_of, [args.key] if args.key is not None else [])
+    if extra:
+        raise both_keys_error()
+    with open_readonly(args.path) as store:
         try:
-            value = store[args.key]
+            value = store[key.key]
         except KeyError:
-            raise CliError(f"key not found: {args.key.hex()}") from None
+            raise CliError(f"{args.path}: key not found: {key.describe()}") from None
     out = sys.stdout.buffer
     out.write(value if args.raw else escape_value(value) + b"\n")
     out.flush()
@@ -206,7 +96,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check every KEY record on disk; list damage and the torn tail; exit 1 on damage."""
-    with _open_readonly(args.path) as store:
+    with open_readonly(args.path) as store:
         report = store.verify_report()
     for item in report.damages:
         print(
@@ -217,113 +107,103 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if tail is not None:
         print(f"torn tail: a writable open would cut {tail.describe()}")
     if not report.ok:
-        cut = f"; a writable open would cut {_plural(tail.key_records, 'record')}" if tail else ""
+        cut = f"; a writable open would cut {plural(tail.key_records, 'record')}" if tail else ""
         raise CliError(
-            f"{args.path}: {_plural(len(report.damages), 'damaged record')} of "
+            f"{args.path}: {plural(len(report.damages), 'damaged record')} of "
             f"{report.records} checked{cut}"
         )
     print(f"ok: {report.records} records checked")
     return 0
 
 
-def cmd_compact(args: argparse.Namespace) -> int:
-    """Rewrite only the live records; print the bytes on disk before and after."""
-    # kvstore.open creates a missing store; compacting a typo should not.
-    if not os.path.exists(args.path):
-        raise CliError(f"{args.path}: no such store")
-    with kvstore.open(args.path) as store:
-        before = store.stats()
-        store.compact()
-        after = store.stats()
-    size_before = before.key_file_bytes + before.val_file_bytes
-    size_after = after.key_file_bytes + after.val_file_bytes
-    for label, stats in (("before", before), ("after", after)):
-        total = stats.key_file_bytes + stats.val_file_bytes
-        print(
-            f"{label + ':':<10} {_bytes(total)} "
-            f"(key file {stats.key_file_bytes:,}, val file {stats.val_file_bytes:,})"
-        )
-    print(f"reclaimed: {_bytes(size_before - size_after)}")
-    return 0
-
-
 # --- helpers ---------------------------------------------------------------
-
-
-def _open_readonly(path: str) -> kvstore.Store:
-    return kvstore.open(path, readonly=True)
 
 
 @contextlib.contextmanager
 def _binary_output(path: str | None) -> Iterator[BinaryIO]:
     if path is None or path == "-":
         yield sys.stdout.buffer
-    else:
-        with open(path, "wb") as out:
-            yield out
-
-
-@contextlib.contextmanager
-def _binary_input(path: str | None) -> Iterator[BinaryIO]:
-    if path is None or path == "-":
-        yield sys.stdin.buffer
-    else:
-        with open(path, "rb") as src:
-            yield src
-
-
-def _input_name(path: str | None) -> str:
-    return "<stdin>" if path is None or path == "-" else path
-
-
-def _bytes(n: int) -> str:
-    """``1,234,567 bytes (1.2 MiB)``; the unit part only from 1 KiB on."""
-    if abs(n) < 1024:
-        return f"{n:,} bytes"
-    size, units = n / 1024, ["KiB", "MiB", "GiB", "TiB"]
-    while abs(size) >= 1024 and len(units) > 1:
-        size /= 1024
-        units.pop(0)
-    return f"{n:,} bytes ({size:.1f} {units[0]})"
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def _format_stat(name: str, value: object) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    if name.endswith("_bytes"):
-        return _bytes(value)
-    return f"{value:,}"
-
-
-def _hex_key(text: str) -> bytes:
-    if _HEX_KEY_RE.fullmatch(text) is None:
-        raise argparse.ArgumentTypeError(f"invalid key {text!r}: expected 32 hex digits (16 bytes)")
-    return bytes.fromhex(text)
+        return
+    try:
+        out = open(path, "wb")
+    except OSError as exc:
+        raise CliError(f"output file {path}: {exc.strerror}") from None
+    with out:
+        yield out
 
 
 # --- parser and entry point --------------------------------------------------
 
+_KEY_OF_HELP = (
+    "use the md5 of STRING's UTF-8 bytes as the key (what kvstore.md5_key(STRING) "
+    "gives); a crawl's MainDB (DIR/main) is keyed by the md5 of the normalized URL, so "
+    "give the URL exactly as 'python -m crawler pages' prints it (lowercase scheme and "
+    "host, no default port, '/' for an empty path)"
+)
+
+
+_KEY_OF_ONE_HELP = _KEY_OF_HELP + " (default: the KEY argument)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one ``kvstore: error:`` line (the usage in it), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        usage = " ".join(self.format_usage().split())
+        self.exit(2, f"{PROG}: error: {message}; {usage} (see --help)\n")
+
+
+class _IntermixedParser(_Parser):
+    """A subcommand parser that lets options sit between positionals.
+
+    ``put PATH --key-of URL VALUE`` has optional positionals (KEY, VALUE);
+    argparse's plain parse would fill them, empty, from the first chunk and
+    then reject VALUE. Intermixed parsing reads the options first.
+    """
+
+    _parsing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._parsing:  # the intermixed parse's own inner calls
+            return super().parse_known_args(args, namespace)
+        self._parsing = True
+        try:
+            namespace, extras = self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._parsing = False
+        if extras:  # said here, so the message shows this command's usage
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Inspect and maintain a kvstore directory (run as: python -m kvstore).",
-        epilog="See docs/CLI.md for the dump line format and exit codes.",
+        epilog=(
+            "examples:\n"
+            "  python -m kvstore stats data/main\n"
+            "  python -m kvstore get data/main --key-of http://example.com/ --raw\n"
+            "  python -m kvstore dump data/main | python -m kvstore load data/copy\n\n"
+            "Run 'python -m kvstore COMMAND --help' for a command's options.\n"
+            "See docs/CLI.md for the dump line format and exit codes."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_IntermixedParser
+    )
 
     def command(
-        name: str, func: Callable[[argparse.Namespace], int], summary: str, example: str
+        name: str, func: Callable[[argparse.Namespace], int], summary: str, description: str,
+        examples: list[str], usage: str | None = None,
     ) -> argparse.ArgumentParser:
         sub = commands.add_parser(
-            name, help=summary, description=textwrap.fill(summary, 78),
-            epilog=f"example:\n  {example}",
+            name, help=summary, usage=usage,
+            description=textwrap.fill(description, 78, break_on_hyphens=False),
+            epilog="examples:\n" + "".join(f"  {line}\n" for line in examples),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         sub.set_defaults(func=func)
@@ -331,52 +211,103 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     dump = command(
-        "dump", cmd_dump,
-        "Write every live record as '<hex key>\\t<escaped value>' lines, in no particular order "
-        "(read-only; safe beside a live writer).",
-        "python -m kvstore dump data/main -o main.dump",
+        "dump", cmd_dump, "write every live record as a text line (read-only)",
+        "Write every live record as '<hex key>\\t<escaped value>' lines, in no particular "
+        "order (read-only; safe beside a live writer).",
+        ["python -m kvstore dump data/main -o main.dump",
+         "python -m kvstore dump data/main | head"],
     )
-    dump.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    dump.add_argument("-o", "--output", metavar="FILE",
+                      help="write here; - is stdout (default: stdout)")
 
     load = command(
-        "load", cmd_load,
-        "Put every record of a dump into the store, creating it if missing (needs the write lock).",
-        "python -m kvstore dump data/main | python -m kvstore load data/copy",
+        "load", cmd_load, "put every record of a dump into a store (creates it)",
+        "Put every record of a dump into the store, creating it if PATH does not exist or "
+        "is an empty directory (needs the write lock).",
+        ["python -m kvstore dump data/main | python -m kvstore load data/copy",
+         "python -m kvstore load data/copy -i main.dump"],
     )
-    load.add_argument("-i", "--input", metavar="FILE", help="read here instead of stdin")
+    load.add_argument("-i", "--input", metavar="FILE",
+                      help="read here; - is stdin (default: stdin)")
 
     stats = command(
-        "stats", cmd_stats,
-        "Show record counts, live and dead bytes, index memory, file sizes, generation.",
-        "python -m kvstore stats data/main --json",
+        "stats", cmd_stats, "show counts, live/dead bytes, index memory, file sizes",
+        "Show record counts, live and dead bytes, index memory, file sizes, generation "
+        "(read-only).",
+        ["python -m kvstore stats data/main", "python -m kvstore stats data/main --json"],
     )
-    stats.add_argument("--json", action="store_true", help="print one JSON object")
+    stats.add_argument("--json", action="store_true",
+                       help="print one JSON object (default: an aligned table)")
 
     get = command(
-        "get", cmd_get,
-        "Print the value of one key, escaped as in dump (raw bytes with --raw).",
-        "python -m kvstore get data/main 0123456789abcdef0123456789abcdef --raw > value.bin",
+        "get", cmd_get, "print the value of one key (read-only)",
+        "Print the value of one key, escaped as in dump (raw bytes with --raw); read-only.",
+        ["python -m kvstore get data/main 0cc175b9c0f1b6a831c399e269772661",
+         "python -m kvstore get data/main --key-of http://example.com/ --raw > page.bin"],
+        usage="kvstore get [-h] [--raw] PATH (KEY | --key-of STRING)",
     )
-    get.add_argument("key", metavar="HEXKEY", type=_hex_key, help="the key as 32 hex digits")
-    get.add_argument("--raw", action="store_true", help="write the value's bytes, no newline")
+    get.add_argument("key", metavar="KEY", nargs="?", help="the key as 32 hex digits, either case")
+    get.add_argument("--key-of", metavar="STRING", help=_KEY_OF_ONE_HELP)
+    get.add_argument("--raw", action="store_true",
+                     help="write the value's bytes, no newline (default: escaped, as in dump)")
+
+    put = command(
+        "put", cmd_put, "store one value under a key (needs the write lock)",
+        "Store VALUE (the argument's bytes) or the bytes of --value-file under one key, "
+        "replacing any old value. PATH must be a store unless --create is given (needs the "
+        "write lock: fails while a crawl has the store open).",
+        ["python -m kvstore put data/kv 0cc175b9c0f1b6a831c399e269772661 'hello'",
+         "python -m kvstore put data/kv --key-of greeting 'hello' --create",
+         "python -m kvstore put data/kv --key-of logo --value-file logo.png",
+         "printf 'a\\0b' | python -m kvstore put data/kv --key-of raw --value-file -"],
+        usage="kvstore put [-h] [--create] PATH (KEY | --key-of STRING) "
+              "(VALUE | --value-file FILE)",
+    )
+    put.add_argument("key", metavar="KEY", nargs="?", help="the key as 32 hex digits, either case")
+    put.add_argument("value", metavar="VALUE", nargs="?",
+                     help="the value: this argument's bytes (UTF-8 for text)")
+    put.add_argument("--key-of", metavar="STRING", help=_KEY_OF_ONE_HELP)
+    put.add_argument("--value-file", metavar="FILE",
+                     help="store the bytes of FILE, - for stdin (default: the VALUE argument)")
+    put.add_argument("--create", action="store_true",
+                     help="create the store if PATH does not exist or is an empty directory "
+                     "(default: a PATH that holds no store is an error)")
+
+    delete = command(
+        "delete", cmd_delete, "delete keys (needs the write lock)",
+        "Delete every key given (as KEY or --key-of STRING, any number of each). All or "
+        "nothing: if one is absent, nothing is deleted and the exit status is 1, unless "
+        "--missing-ok (needs the write lock: fails while a crawl has the store open).",
+        ["python -m kvstore delete data/kv 0cc175b9c0f1b6a831c399e269772661",
+         "python -m kvstore delete data/kv --key-of greeting --key-of logo --missing-ok"],
+        usage="kvstore delete [-h] [--missing-ok] PATH [KEY ...] [--key-of STRING ...]",
+    )
+    delete.add_argument("keys", metavar="KEY", nargs="*",
+                        help="a key as 32 hex digits, either case")
+    delete.add_argument("--key-of", metavar="STRING", action="append", default=[],
+                        help=_KEY_OF_HELP + "; repeat for more keys (default: none)")
+    delete.add_argument("--missing-ok", action="store_true",
+                        help="skip absent keys and delete the others (default: an absent key "
+                        "is an error and nothing is deleted)")
 
     command(
-        "verify", cmd_verify,
+        "verify", cmd_verify, "check every record on disk; exit 1 on damage",
         "Check every KEY record on disk and the value it references (CRC, offset, length); "
-        "list damaged records and what a writable open would cut; exit 1 on damage.",
-        "python -m kvstore verify data/main",
+        "list damaged records and what a writable open would cut; exit 1 on damage "
+        "(read-only).",
+        ["python -m kvstore verify data/main"],
     )
     command(
-        "compact", cmd_compact,
-        "Rewrite only live records, reclaiming deleted and overwritten space "
-        "(needs the write lock).",
-        "python -m kvstore compact data/main",
+        "compact", cmd_compact, "rewrite only the live records (needs the write lock)",
+        "Rewrite only live records, reclaiming deleted and overwritten space (needs the "
+        "write lock: fails while a crawl has the store open).",
+        ["python -m kvstore compact data/main"],
     )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; return the exit status (0 ok, 1 error, 2 usage)."""
+    """Run the CLI; return the exit status (0 ok, 1 error, 2 usage, 130 Ctrl-C)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -389,12 +320,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `dump | head`: the reader is gone, stop quietly
         _silence_stdout()
         return 1
-    except (CliError, KVStoreError) as exc:
+    except CliError as exc:
         _error(str(exc))
+        return exc.status
+    except (KVStoreError, OSError) as exc:  # races past the checks, corrupt files, full disk
+        _error(describe_error(exc))
         return 1
-    except OSError as exc:  # an -i/-o file that cannot be opened, a full disk
-        _error(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))
-        return 1
+    except KeyboardInterrupt:  # Ctrl-C: the store is closed (and consistent) on the way out
+        _error(f"interrupted ({args.command} {args.path})")
+        return 130
     finally:
         if handler is not None:
             logging.getLogger("kvstore").removeHandler(handler)

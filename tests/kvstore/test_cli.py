@@ -1,4 +1,6 @@
-"""Tests of ``python -m kvstore`` (kvstore/cli.py).
+"""Tests of ``python -m kvstore`` (kvstore/cli.py): the line format, dump, load,
+stats, get, verify, compact, help and docs. put, delete, --key-of and the
+error paths run as child processes in test_cli_write.py.
 
 Most tests call ``main([...])`` in-process against real stores in tmp_path;
 TestProcess runs the module as a real child process (the entry point, pipes,
@@ -12,6 +14,7 @@ import io
 import json
 import os
 import re
+import shlex
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
@@ -22,12 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvstore
-from kvstore import cli
+from kvstore import _cli_write, cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLI_DOC = REPO_ROOT / "docs" / "CLI.md"
 CHILD_TIMEOUT = 60  # seconds; a hung child fails the test instead of stalling it
-COMMANDS = ["dump", "load", "stats", "get", "verify", "compact"]
+COMMANDS = ["dump", "load", "stats", "get", "put", "delete", "verify", "compact"]
 
 keys16 = st.binary(min_size=16, max_size=16)
 # Values rich in the bytes the escaping must handle, plus plain random bytes.
@@ -59,6 +62,15 @@ def reference_escape(value: bytes) -> bytes:
 
 def reference_lines(mapping: Mapping[bytes, bytes]) -> set[bytes]:
     return {k.hex().encode() + b"\t" + reference_escape(v) + b"\n" for k, v in mapping.items()}
+
+
+def locked_line(path: Path) -> str:
+    """What a command that needs the write lock prints while another writer holds it."""
+    return (
+        f"kvstore: error: {path}: another process has this store open for writing "
+        "(a crawl in progress?); stop it first, or use the read-only commands "
+        "(get, dump, stats, verify)\n"
+    )
 
 
 def make_store(path: Path, mapping: Mapping[bytes, bytes]) -> None:
@@ -190,7 +202,7 @@ class TestLoad:
     def test_load_from_file_overwrites_and_later_duplicates_win(
         self, store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(cli, "LOAD_BATCH_RECORDS", 3)  # duplicates span batches
+        monkeypatch.setattr(_cli_write, "LOAD_BATCH_RECORDS", 3)  # duplicates span batches
         make_store(store_path, {b"a" * 16: b"before", b"b" * 16: b"untouched"})
         lines = [cli.format_record(b"a" * 16, b"first")]
         lines += [cli.format_record(kvstore.md5_key(str(i)), b"x") for i in range(7)]
@@ -210,7 +222,7 @@ class TestLoad:
         monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str],
     ) -> None:
-        monkeypatch.setattr(cli, "LOAD_BATCH_RECORDS", batch)
+        monkeypatch.setattr(_cli_write, "LOAD_BATCH_RECORDS", batch)
         good = sample(6)
         lines = [cli.format_record(k, v) for k, v in good.items()]
         lines.insert(3, b"00112233445566778899aabbccddeeff\tbad \\z escape\n")
@@ -238,8 +250,7 @@ class TestLoad:
     ) -> None:
         feed_stdin(monkeypatch, cli.format_record(b"a" * 16, b"x"))
         assert cli.main(["load", str(store_path)]) == 1
-        err = capsys.readouterr().err
-        assert err.startswith("kvstore: error: ") and "locked" in err
+        assert capsys.readouterr().err == locked_line(store_path)
         assert b"a" * 16 not in store
 
 
@@ -299,15 +310,18 @@ class TestGet:
     ) -> None:
         other = "00" * 16
         assert cli.main(["get", str(store_path), other]) == 1
-        assert capsys.readouterr() == ("", f"kvstore: error: key not found: {other}\n")
+        err = f"kvstore: error: {store_path}: key not found: {other}\n"
+        assert capsys.readouterr() == ("", err)
 
     @pytest.mark.parametrize("bad", ["xyz", "00" * 15, "00" * 17, "g" + "0" * 31, "00 " * 16])
-    def test_get_bad_hex_is_a_usage_error(
+    def test_get_bad_hex_is_a_one_line_usage_error_suggesting_key_of(
         self, bad: str, key: bytes, store_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         assert cli.main(["get", str(store_path), bad]) == 2
-        err = capsys.readouterr().err
-        assert err.startswith("usage: kvstore get") and "expected 32 hex digits" in err
+        assert capsys.readouterr() == ("", (
+            f"kvstore: error: invalid key {bad!r}: a KEY is 32 hex digits (16 bytes); to use "
+            f"the md5 of a string (e.g. a URL) as the key, give --key-of {shlex.quote(bad)}\n"
+        ))
 
 
 class TestVerify:
@@ -394,8 +408,7 @@ class TestCompact:
         self, store: kvstore.Store, store_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         assert cli.main(["compact", str(store_path)]) == 1
-        err = capsys.readouterr().err
-        assert err.startswith("kvstore: error: ") and "locked" in err
+        assert capsys.readouterr() == ("", locked_line(store_path))
 
 
 class TestRoundTrip:
@@ -426,7 +439,7 @@ class TestHelpAndDocs:
         assert cli.main([command, "--help"]) == 0
         out = capsys.readouterr().out
         assert out.startswith(f"usage: kvstore {command} ")
-        assert re.search(rf"example:\n  python -m kvstore (\S+ )*{command} ", out)
+        assert re.search(rf"\nexamples:\n(  .*\n)*  .*python -m kvstore {command} ", out)
         doc = CLI_DOC.read_text()
         assert f"\n## {command}\n" in doc
         assert f"python -m kvstore {command} PATH" in doc
@@ -439,7 +452,9 @@ class TestHelpAndDocs:
     @pytest.mark.parametrize("argv", [[], ["nope"], ["get"], ["dump", "p", "--bogus"]])
     def test_usage_errors_exit_2(self, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
         assert cli.main(argv) == 2
-        assert "usage: kvstore" in capsys.readouterr().err
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1
+        assert err.startswith("kvstore: error: ") and "; usage: kvstore " in err
 
 
 class TestProcess:
@@ -459,7 +474,7 @@ class TestProcess:
         assert (done.returncode, done.stdout, done.stderr) == (0, b"v\\n\n", b"")
         done = self.run(python, child_env, "get", str(store_path), "00" * 16)
         assert done.returncode == 1
-        assert done.stderr == b"kvstore: error: key not found: " + b"00" * 16 + b"\n"
+        assert done.stderr == f"kvstore: error: {store_path}: key not found: {'00' * 16}\n".encode()
         done = self.run(python, child_env, "stats", str(store_path), "--bogus")
         assert done.returncode == 2
 
@@ -505,6 +520,5 @@ class TestProcess:
         src.write_bytes(cli.format_record(b"a" * 16, b"x"))
         done = self.run(python, child_env, "load", str(store_path), "-i", str(src))
         assert done.returncode == 1
-        assert done.stderr.startswith(b"kvstore: error: ") and b"locked" in done.stderr
-        assert b"Traceback" not in done.stderr
+        assert done.stderr == locked_line(store_path).encode()
         assert b"a" * 16 not in store
