@@ -1,11 +1,11 @@
-"""``python -m crawler``: start or resume a crawl, its status, and its pages: list, show, export,
-links, rank, report, serve.
+"""``python -m crawler``: start or resume a crawl, its status, retry failures, and its
+pages: list, show, export, links, rank, report, serve.
 
 One module per command group, each with ``add_parsers(sub)``, its
-``cmd_<name>`` functions and a ``COMMANDS`` table: :mod:`.crawl` (start,
-status), :mod:`.pages` (pages, show), :mod:`.export` (export), :mod:`.links`
-(links), :mod:`.rank` (rank) and :mod:`.report` (report, serve).
-"""
+``cmd_<name>`` functions and a ``COMMANDS`` table: :mod:`.crawl` (start, with
+:mod:`.startopts`; and status, from :mod:`.status`), :mod:`.retry` (retry),
+:mod:`.pages` (pages, show), :mod:`.export` (export), :mod:`.links` (links),
+:mod:`.rank` (rank) and :mod:`.report` (report, serve)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import kvstore
 
 from ..exceptions import CrawlerError
-from . import crawl, export, links, pages, rank, report
+from . import crawl, export, links, pages, rank, report, retry
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **crawl.COMMANDS,
@@ -25,6 +25,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **links.COMMANDS,
     **rank.COMMANDS,
     **report.COMMANDS,
+    **retry.COMMANDS,
 }
 
 
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     links.add_parsers(sub)
     rank.add_parsers(sub)
     report.add_parsers(sub)
+    retry.add_parsers(sub)
     return parser
 
 
@@ -60,5 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _COMMANDS[args.command](args)
     except (CrawlerError, kvstore.exceptions.KVStoreError) as exc:
+        print(f"crawler: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # what no command foresaw (a disk error...): one line, not a trace
         print(f"crawler: error: {exc}", file=sys.stderr)
         return 1

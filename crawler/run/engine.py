@@ -212,6 +212,7 @@ class Engine:
         finally:
             threading.stack_size(old_stack)
         reporter = self.reporter
+        reporter.report()  # status.json says from now on that this run is on (or was killed)
         complete = False
         try:
             while not self._stopping.is_set():

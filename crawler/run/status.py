@@ -176,7 +176,7 @@ def status_line(snap: dict[str, Any]) -> str:
     top = ", ".join(f"{k}={v}" for k, v in snap["classes"].items())
     line = (
         f"fetched {snap['fetched']} ({snap['pages_per_s']:.1f}/s) pending {snap['pending']} "
-        f"in flight {snap['in_flight']} waiting {snap['waiting']} hosts {snap['hosts']} "
+        f"claimed {snap['in_flight']} (waiting {snap['waiting']}) hosts {snap['hosts']} "
         f"bad hosts {snap['bad_hosts']} | {top or 'nothing recorded yet'} | "
         f"{snap['mb']:.1f} MB rss {snap['rss_mb']:.0f} MB"
     )
@@ -217,6 +217,17 @@ def write_status(data_dir: str, snap: dict[str, Any]) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(snap, f, indent=1, sort_keys=True)
     os.replace(tmp, path)  # readers never see half a file
+
+
+def record_end(data_dir: str, state: str) -> None:
+    """Add how the run ended (complete, interrupted, limit, failed) to status.json, so
+    ``status`` can tell a finished crawl from a stopped or a killed one."""
+    snap = read_status(data_dir) or {"time": time.time(), "fetched": 0}
+    snap.update(state=state, running=False)
+    try:
+        write_status(data_dir, snap)
+    except OSError as exc:
+        log.warning("status.json not written: %s", exc)
 
 
 def read_status(data_dir: str) -> dict[str, Any] | None:

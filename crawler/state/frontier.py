@@ -189,7 +189,8 @@ class Frontier:
             self._unclaimed.add(bk)
             keys.extend(url_key(e.url) for e in decode_bulk(self.pend[bk]))
         if keys:
-            self.pend_set.add_many(_keys_array(keys))
+            arr = _keys_array(keys)
+            self.pend_set.add_many(arr[~self.main.contains_many(arr)])  # not done ones
         self._counter = top + 1
         if len(self._unclaimed):
             log.info("%s: resuming with %d pending bulks", self.data_dir, len(self._unclaimed))
@@ -213,6 +214,7 @@ class Frontier:
             for entry in decode_bulk(self.pend[bk]):
                 k = url_key(entry.url)
                 if k in self.main or k in self.processing:
+                    self.pend_set.discard(k)  # MainDB or ProcessingSet knows it now
                     continue  # done before a restart, or in flight from another bulk
                 self.processing.add(k)
                 self.pend_set.discard(k)

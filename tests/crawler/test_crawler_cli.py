@@ -92,10 +92,11 @@ def test_a_crawl_from_the_command_line_then_status(
     assert status.returncode == 0, status.stderr
     info = json.loads(status.stdout)
     assert info["running"] is False
-    assert info["done"] == len(testweb.oracle.crawl().fetched) + summary["outcomes"].get(
+    assert info["recorded"] == len(testweb.oracle.crawl().fetched) + summary["outcomes"].get(
         "robots_disallowed", 0
     )
-    assert info["pending_bulks"] == 0
+    assert info["fetched"] == summary["fetched"] and info["state"].startswith("finished")
+    assert info["pending_bulks"] == 0 and info["pending"] == 0
     assert info["last_status"]["fetched"] == summary["fetched"]
 
 

@@ -250,3 +250,24 @@ def test_a_failed_periodic_fsync_fails_the_next_commit(
     f.close()  # abandons the stores, as after any failed commit
     with kvstore.open(tmp_path / "main") as main:
         assert decode_page(main[claimed[0].key]).url == claimed[0].entry.url
+
+
+def test_pending_counts_only_urls_not_done_after_a_restart(tmp_path: Path) -> None:
+    """A bulk stays live until its last URL is done: after a restart, the URLs of it
+    done before are neither pending nor claimed, and a finished crawl has 0 pending."""
+    f = Frontier(str(tmp_path), bulk_size=3)
+    f.add_seeds([Pending(u(i)) for i in range(3)])
+    f.commit()
+    claimed = claim_all(f)
+    f.submit(Outcome(claimed[0], page(claimed[0])))
+    f.commit()
+    f.close()  # two of the bulk's URLs unfinished: the bulk stays live
+    g = Frontier(str(tmp_path), bulk_size=3)
+    assert g.counts()["pending"] == 2
+    again = claim_all(g)
+    assert sorted(c.entry.url for c in again) == sorted(c.entry.url for c in claimed[1:])
+    for c in again:
+        g.submit(Outcome(c, page(c)))
+    g.commit()
+    assert g.idle() and g.counts() == {**g.counts(), "pending": 0, "in_flight": 0, "done": 3}
+    g.close()

@@ -315,7 +315,7 @@ def test_status_reads_a_running_crawl(make_testweb: MakeWeb, tmp_path: Path) -> 
     info = json.loads(live.stdout)
     assert info["running"] is True and info["last_status"]["pid"] == proc.pid
     assert info["last_status"]["running"] is True
-    assert 10 <= info["done"] < len(web.oracle.crawl().fetched)  # the live stores, read-only
+    assert 10 <= info["recorded"] < len(web.oracle.crawl().fetched)  # the live stores, read-only
     assert info["pending_bulks"] > 0
     assert text.stdout.startswith(f"crawl {data}: running\n")
     stopped = json.loads(
@@ -323,7 +323,7 @@ def test_status_reads_a_running_crawl(make_testweb: MakeWeb, tmp_path: Path) -> 
             [*status, "--json"], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
         ).stdout
     )
-    assert stopped["running"] is False and stopped["done"] >= info["done"]
+    assert stopped["running"] is False and stopped["recorded"] >= info["recorded"]
 
 
 def test_new_seeds_given_on_resume_are_crawled(make_testweb: MakeWeb, tmp_path: Path) -> None:

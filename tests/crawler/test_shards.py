@@ -127,9 +127,9 @@ def test_status_pages_show_and_export_read_every_shard(
     assert main(["status", str(data), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["shards"] == 3 and info["running"] is False
-    assert info["done"] == len(recs) and info["pending_bulks"] == 0
+    assert info["recorded"] == len(recs) and info["pending_bulks"] == info["pending"] == 0
     assert info["last_status"]["fetched"] == got["fetched"]
-    assert [s["done"] for s in info["per_shard"]] == [
+    assert [s["recorded"] for s in info["per_shard"]] == [
         sum(1 for u in recs if owner(host_of(u), 3) == i) for i in range(3)
     ]
     assert main(["status", str(data), "--shards"]) == 0

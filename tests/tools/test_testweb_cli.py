@@ -118,3 +118,25 @@ def test_requests_is_never_sent_off_loopback() -> None:
     s = client.session(client.static_resolver({"h0.test": "127.0.0.1"}))
     with pytest.raises(requests.ConnectionError, match="NXDOMAIN"):
         s.get("http://example.com/", timeout=1)
+
+
+@pytest.mark.parametrize("taken", ["--port", "--dns-port"])
+def test_serve_on_a_port_in_use_says_which_port(
+    taken: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    kind = socket.SOCK_DGRAM if taken == "--dns-port" else socket.SOCK_STREAM
+    with socket.socket(socket.AF_INET, kind) as holder:
+        holder.bind(("127.0.0.1", 0))
+        if kind == socket.SOCK_STREAM:
+            holder.listen(1)
+        port = holder.getsockname()[1]
+        ports = {"--port": "0", "--https-port": "0", "--dns-port": "0", taken: str(port)}
+        args = ["serve", "--pages", "20", "--hosts", "2"]
+        assert main([*args, *(x for kv in ports.items() for x in kv)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("testweb: error: "), err
+    proto = "dns" if taken == "--dns-port" else "http"
+    assert f"{proto} port 127.0.0.1:{port}: Address already in use" in err[0]
+    assert "--dns-port" in err[0] and "0: any free port" in err[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import signal
 import sys
@@ -63,7 +64,13 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     """Serve until Ctrl-C or SIGTERM; print where everything is."""
     web = TestWeb(_config(ns), faults=_faults(ns), address=ns.address, http_port=ns.port,
                   https_port=ns.https_port, dns_port=None if ns.no_dns else ns.dns_port)
-    web.start()
+    try:
+        web.start()
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise _Error(f"{exc.strerror}: choose another with --port, --https-port or "
+                     "--dns-port (0: any free port)") from None
     stop = threading.Event()
 
     def on_term(signum: int, frame: FrameType | None) -> None:

@@ -322,7 +322,9 @@ class DNSServer:
             except OSError as exc:
                 udp.close()
                 if attempts == 1 or exc.errno != errno.EADDRINUSE:
-                    raise
+                    raise OSError(
+                        exc.errno, f"dns port {self._host}:{self._port}: {exc.strerror}"
+                    ) from exc
                 continue
             except BaseException:
                 udp.close()

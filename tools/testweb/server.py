@@ -90,10 +90,13 @@ class WebServer:
             try:
                 sock.bind((self.address, port))
                 sock.listen(BACKLOG)
-            except OSError:
+            except OSError as exc:
                 sock.close()
                 self.close_sockets()
-                raise
+                # The bare errno text does not say which of the ports it was.
+                raise OSError(
+                    exc.errno, f"{scheme} port {self.address}:{port}: {exc.strerror}"
+                ) from exc
             sock.setblocking(False)
             self._socks[scheme] = sock
 

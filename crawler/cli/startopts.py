@@ -1,0 +1,202 @@
+"""``start``'s options: one table, the parser built from it, and the merge of what was
+given with the settings the crawl saved (crawler.state.settings).
+
+Every saved option is parsed with no default (argparse.SUPPRESS), so the CLI
+knows which ones the user typed: the merge is defaults, then the saved
+settings, then the options given now. The defaults shown by ``--help`` come
+from the same table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .. import config as cfgmod
+from ._common import size
+
+
+def nameserver(value: str) -> str:
+    """IP[:PORT], checked and written back as IP:PORT."""
+    host, _, port = value.partition(":")
+    try:
+        number = int(port or 53)
+    except ValueError:
+        number = -1
+    if not host or not 0 < number < 65536:
+        raise argparse.ArgumentTypeError(f"bad nameserver {value!r}: use IP or IP:PORT")
+    return f"{host}:{number}"
+
+
+def split_nameserver(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host, int(port)
+
+
+def whole(minimum: int) -> Any:
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {n}")
+        return n
+
+    return parse
+
+
+def seconds(value: str) -> float:
+    try:
+        n = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not n >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"cannot be negative: {value!r}")
+    return n
+
+
+@dataclass(frozen=True)
+class Opt:
+    name: str  # the argparse dest and the key in settings.json
+    flag: str
+    kind: Any  # the argparse type, "bool" (--x/--no-x) or "list" (repeatable)
+    default: Any
+    help: str
+    metavar: str | None = None
+    group: str = "crawl"
+
+
+# The saved options. Not here (given for one run only): the seeds, --seeds-file,
+# --data, --processes (shards.json keeps it), --max-pages, --quiet.
+OPTIONS: tuple[Opt, ...] = (
+    Opt("threads", "--threads", whole(1), cfgmod.DEFAULT_THREADS,
+        "fetch threads in all (split over the processes)", "N"),
+    Opt("delay", "--delay", seconds, cfgmod.DEFAULT_DELAY,
+        "seconds between two requests to one host", "S"),
+    Opt("per_host", "--per-host", whole(1), cfgmod.DEFAULT_PER_HOST,
+        "connections to one host at a time", "N"),
+    Opt("timeout", "--timeout", seconds, cfgmod.DEFAULT_TOTAL_TIMEOUT,
+        "total seconds for one fetch, connect to last byte", "S"),
+    Opt("nameserver", "--nameserver", "list", [],
+        "DNS server to ask, repeatable (default: the system's resolvers)", "IP[:PORT]"),
+    Opt("allow_private_ips", "--allow-private-ips", "bool", False,
+        "fetch hosts that resolve to private or loopback addresses "
+        "(off by default to protect your network)"),
+    Opt("ca_bundle", "--ca-bundle", str, None,
+        "CA certificates (PEM) to verify HTTPS against (default: the system's)", "FILE"),
+    Opt("user_agent", "--user-agent", str, cfgmod.DEFAULT_USER_AGENT,
+        "the User-Agent sent, and the name robots.txt groups are matched with", "STRING"),
+    Opt("ignore_robots", "--ignore-robots", "bool", False, "do not fetch or obey robots.txt"),
+    Opt("broad", "--broad", "bool", False,
+        "follow links to any host (default: the seeds' hosts only)", group="scope"),
+    Opt("allow_domain", "--allow-domain", "list", [],
+        "also follow links to this domain and its subdomains, repeatable", "DOMAIN", "scope"),
+    Opt("allow_regex", "--allow-regex", "list", [],
+        "only admit URLs matching one of these, repeatable", "REGEX", "scope"),
+    Opt("deny_regex", "--deny-regex", "list", [],
+        "never admit URLs matching one of these, repeatable", "REGEX", "scope"),
+    Opt("max_depth", "--max-depth", whole(0), None,
+        "seeds are depth 0, each link adds 1 (default: no limit)", "N", "scope"),
+    Opt("max_pages_per_host", "--max-pages-per-host", whole(0), None,
+        "fetches per host (default: no limit)", "N", "scope"),
+    Opt("sync_interval", "--sync-interval", seconds, cfgmod.DEFAULT_SYNC_INTERVAL,
+        "seconds between fsyncs (what a power loss can cost)", "S", "run"),
+    Opt("status_interval", "--status-interval", seconds, cfgmod.DEFAULT_STATUS_INTERVAL,
+        "seconds between status lines and status.json writes", "S", "run"),
+) + tuple(
+    Opt(field, flag, kind, getattr(cfgmod, "DEFAULT_" + field.upper()), text,
+        "N" if kind is not size and kind is not seconds else "S" if kind is seconds else "BYTES",
+        "limits")
+    for flag, kind, field, text in (
+        ("--connect-timeout", seconds, "connect_timeout", "seconds for a TCP connect plus TLS"),
+        ("--read-timeout", seconds, "read_timeout", "seconds one socket read may wait"),
+        ("--dns-timeout", seconds, "dns_timeout", "seconds for one host lookup, retries included"),
+        ("--max-retries", whole(0), "max_retries", "further tries after a transient failure"),
+        ("--backoff", seconds, "backoff", "seconds a host waits after a failure (doubles)"),
+        ("--max-retry-after", seconds, "max_retry_after", "cap on Retry-After and backoff"),
+        ("--max-crawl-delay", seconds, "max_crawl_delay", "cap on a robots.txt Crawl-delay"),
+        ("--bad-host-retry", seconds, "bad_host_retry", "seconds before a dead host is retried"),
+        ("--max-redirects", whole(0), "max_redirects", "redirect hops followed from one URL"),
+        ("--max-url-length", whole(16), "max_url_length", "longer links are dropped"),
+        ("--max-body-bytes", size, "max_body_bytes", "body bytes read off the wire"),
+        ("--max-decoded-bytes", size, "max_decoded_bytes", "body after gzip/deflate"),
+    )
+)
+BY_NAME = {o.name: o for o in OPTIONS}
+DEFAULTS: dict[str, Any] = {o.name: o.default for o in OPTIONS}
+
+_GROUPS = {
+    "scope": "what to crawl",
+    "run": "running",
+    "limits": "limits (docs/HOSTILE.md says what each bounds)",
+}
+
+
+def _shown(opt: Opt) -> str:
+    if opt.kind == "bool":
+        return f"{opt.help} (default: {'on' if opt.default else 'off'})"
+    if opt.default is None or opt.default == [] or "(default" in opt.help:
+        return opt.help
+    return f"{opt.help} (default: {opt.default})"
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The saved options, in their groups, each with no default (see the module doc)."""
+    groups: dict[str, Any] = {"crawl": parser}
+    for key, title in _GROUPS.items():
+        groups[key] = parser.add_argument_group(title)
+    for opt in OPTIONS:
+        target = groups[opt.group]
+        common: dict[str, Any] = dict(dest=opt.name, default=argparse.SUPPRESS, help=_shown(opt))
+        if opt.kind == "bool":
+            target.add_argument(opt.flag, action=argparse.BooleanOptionalAction, **common)
+        elif opt.kind == "list":
+            kind = nameserver if opt.name == "nameserver" else str
+            target.add_argument(opt.flag, action="append", type=kind, metavar=opt.metavar, **common)
+        else:
+            target.add_argument(opt.flag, type=opt.kind, metavar=opt.metavar, **common)
+
+
+def given_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The saved options typed on this command line (absolute paths for files)."""
+    given = {o.name: getattr(args, o.name) for o in OPTIONS if hasattr(args, o.name)}
+    if given.get("ca_bundle"):
+        given["ca_bundle"] = os.path.abspath(given["ca_bundle"])
+    return given
+
+
+def merge(saved: dict[str, Any] | None, given: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The settings to run with, and one line per saved value that ``given`` changes.
+    Names the saved file does not know (from another version) are ignored."""
+    saved = {k: v for k, v in (saved or {}).items() if k in BY_NAME}
+    merged = {**DEFAULTS, **saved, **given}
+    changes = [
+        f"{BY_NAME[k].flag} {_text(saved.get(k, DEFAULTS[k]))} -> {_text(v)}"
+        for k, v in given.items()
+        if saved and v != saved.get(k, DEFAULTS[k])
+    ]
+    return merged, changes
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "(none)"
+    return "(none)" if value is None else str(value)
+
+
+def config_fields(settings: dict[str, Any]) -> dict[str, Any]:
+    """CrawlerConfig's keyword arguments for the merged settings."""
+    s = dict(settings)
+    out: dict[str, Any] = {
+        "nameservers": tuple(split_nameserver(n) for n in s.pop("nameserver")),
+        "obey_robots": not s.pop("ignore_robots"),
+        "total_timeout": s.pop("timeout"),
+        "allow_domains": tuple(s.pop("allow_domain")),
+        "allow_regex": tuple(s.pop("allow_regex")),
+        "deny_regex": tuple(s.pop("deny_regex")),
+    }
+    out.update(s)
+    return out

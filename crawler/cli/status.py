@@ -1,0 +1,176 @@
+"""``status``: the state of a running or stopped crawl, totals over every run.
+
+Its numbers come from the stores (read-only, beside a live crawl) and from
+status.json, the last snapshot a run wrote; docs/STATUS.md defines each one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+import kvstore
+
+from ..exceptions import CrawlerError
+from ..read.listing import CrawlReader
+from ..run.status import by_class, outcome_key, read_status, sum_snapshots
+from ..state.pages import decode_bulk
+from ..state.shards import shard_dirs
+from ..web.urls import url_key
+
+# status.json's "state" after a run (crawler.cli.crawl writes it), in words.
+_STOPPED = {
+    "complete": "finished: nothing is left to fetch",
+    "interrupted": "interrupted (Ctrl-C or SIGTERM)",
+    "limit": "stopped: --max-pages reached",
+    "failed": "stopped by an error (see the run's log)",
+}
+
+
+def add_parser(sub: Any) -> None:
+    status = sub.add_parser(
+        "status",
+        help="show the state of a running or stopped crawl",
+        description="Whether the crawl in DIR runs, finished or was stopped; what every run "
+        "recorded (counted from its stores, so a crawl in progress is read as it is); "
+        "what is pending; the last status line. docs/STATUS.md defines every number.",
+        epilog="example: python -m crawler status crawl1",
+    )
+    status.add_argument("data", metavar="DIR", help="the crawl's data directory (--data)")
+    status.add_argument("--json", action="store_true", help="all of it as one JSON object")
+    status.add_argument("--shards", action="store_true", help="one line per shard too")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _running(snap: dict[str, Any] | None) -> bool:
+    return bool(snap and snap.get("running")) and _alive(int(snap.get("pid", 0)))  # type: ignore[union-attr]
+
+
+def live_pid(data_dir: str) -> int | None:
+    """The pid of a run in progress on ``data_dir`` (its status.json says so and the
+    process lives), else None."""
+    snap = read_status(data_dir)
+    return int(snap["pid"]) if snap and _running(snap) else None
+
+
+def _pending(data_dir: str, reader: CrawlReader) -> tuple[int, int]:
+    """(live PendDB bulks, URLs in them not recorded yet) of one shard directory."""
+    path = os.path.join(data_dir, "pend")
+    if not os.path.isdir(path):
+        return 0, 0
+    with kvstore.open(path, readonly=True) as pend:
+        urls = {e.url for bk in pend for e in decode_bulk(pend[bk])}
+        bulks = len(pend)
+    if not urls:
+        return bulks, 0
+    keys = np.frombuffer(b"".join(url_key(u) for u in urls), dtype=np.uint8).reshape(-1, 16)
+    return bulks, int((~reader.contains_many(keys)).sum())
+
+
+def _state(info: dict[str, Any]) -> str:
+    if info["running"]:
+        return "running"
+    last = info.get("last_status")
+    if not last:
+        return "not started" if info["recorded"] == 0 else "stopped"
+    state = last.get("state")
+    if state in _STOPPED:
+        return _STOPPED[state]
+    return "killed or crashed (the last run did not stop cleanly; nothing is lost)"
+
+
+def collect(data_dir: str) -> dict[str, Any]:
+    """Everything ``status`` shows, as one dict (the --json output)."""
+    if not os.path.isdir(data_dir):
+        raise CrawlerError(f"{data_dir}: no such crawl directory")
+    dirs = shard_dirs(data_dir)
+    snaps = [s for s in (read_status(d) for d in dirs) if s]
+    top = read_status(data_dir) if len(dirs) > 1 else None
+    outcomes: dict[str, int] = {}
+    fetched = recorded = 0
+    per_shard = []
+    with CrawlReader(data_dir) as reader:
+        for page in reader.pages(with_body=False):
+            key = outcome_key(page.status, page.reason, page.truncated)
+            outcomes[key] = outcomes.get(key, 0) + 1
+            recorded += 1
+            fetched += page.status > 0
+        for d, store in zip(dirs, reader.stores, strict=True):
+            b, p = _pending(d, reader)
+            snap = read_status(d) or {}
+            per_shard.append({
+                "data": d, "running": _running(snap), "recorded": len(store or ()),
+                "pending_bulks": b, "pending": p, "fetched": snap.get("fetched", 0),
+                "outbox": snap.get("outbox", 0),
+            })
+    bulks = sum(s["pending_bulks"] for s in per_shard)
+    pending = sum(s["pending"] for s in per_shard)
+    info: dict[str, Any] = {
+        "data": data_dir,
+        "shards": len(dirs),
+        "running": any(_running(s) for s in snaps) or _running(top),
+        "recorded": recorded,
+        "fetched": fetched,
+        "not_fetched": recorded - fetched,
+        "outcomes": dict(sorted(outcomes.items())),
+        "classes": by_class(outcomes),
+        "pending_bulks": bulks,
+        "pending": pending,
+    }
+    if snaps:
+        last = snaps[0] if len(snaps) == 1 else sum_snapshots(snaps)
+        if top is not None and "state" in top:
+            last["state"] = top["state"]
+        info["last_status"] = last
+    info["state"] = _state(info)
+    if len(dirs) > 1:
+        info["per_shard"] = per_shard
+    return info
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    info = collect(args.data)
+    if args.json:
+        print(json.dumps(info, indent=1, sort_keys=True))
+        return 0
+    shards = f" ({info['shards']} shards)" if info["shards"] > 1 else ""
+    print(f"crawl {args.data}: {info['state']}{shards}")
+    print(
+        f"  pages recorded: {info['recorded']} over every run "
+        f"({info['fetched']} fetched over HTTP, {info['not_fetched']} not fetched)"
+    )
+    for cls, n in info["classes"].items():
+        print(f"    {cls}: {n}")
+    print(f"  pending: {info['pending']} URLs in {info['pending_bulks']} bulks")
+    snap = info.get("last_status")
+    if snap:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap["time"]))
+        print(
+            f"  last run ({'status at ' if info['running'] else 'ended '}{when}): "
+            f"fetched {snap['fetched']} in {snap.get('elapsed', 0):.0f} s, "
+            f"hosts {snap['hosts']}, bad hosts {snap['bad_hosts']}, rss {snap['rss_mb']} MB"
+        )
+    if not info["running"] and (info["pending"] or not snap or snap.get("state") != "complete"):
+        print(f"  to resume: python -m crawler start --data {args.data}")
+    if args.shards and info["shards"] > 1:
+        for i, s in enumerate(info["per_shard"]):
+            print(
+                f"  shard {i} ({s['data']}): {'running' if s['running'] else 'not running'}, "
+                f"pages recorded {s['recorded']}, pending {s['pending']} URLs, "
+                f"fetched {s['fetched']} in its last run, links to hand over {s['outbox']}"
+            )
+    return 0

@@ -1,0 +1,293 @@
+"""Re-queue recorded failures, so that the next ``start`` fetches them again.
+
+Every outcome of a URL is final once it is in MainDB: the next claim of the URL
+skips it (Frontier.claim). To try a failure again its record must go and the URL
+must be pending again. :func:`requeue` does that for the records a
+:class:`Selection` picks, shard by shard (each shard's records go back to that
+shard's PendDB: the shard owns the host), and clears the BadHosts entries of
+their hosts (otherwise a ``tls`` or ``connect_refused`` host would stay bad
+until its retry time and its URLs would be recorded ``bad_host:...`` again
+without a request).
+
+Theory of operation
+-------------------
+The invariant (DESIGN §4.3): an admitted URL is, on disk, in a live PendDB bulk
+or done in MainDB at every instant. So, for each chunk of ``chunk`` selected
+records, in this order:
+
+1. new bulks holding their URLs (the original depth; no attempts, no redirect
+   hops: a fresh retry budget) are written to PendDB, flushed and fsynced;
+2. the BadHosts entries of their hosts are deleted, flushed and fsynced;
+3. their MainDB records are deleted, flushed (fsynced once at the end).
+
+Deleting a record before its bulk is written would leave the URL in neither
+store for a moment, and a kill -9 then loses it. Written first, the URL is in
+both for a moment, which the crawler already allows: a URL of a live bulk that
+is in MainDB is skipped when the bulk is claimed. That skip is the one thing a
+kill can cost: if a retry is killed between 1 and 3 and the next command is
+``start``, the URLs of the unfinished chunk are skipped as done. Their *retry*
+is lost, never the URLs: they are still failures in MainDB, and running retry
+again finishes the job (its selection finds them again; as their URLs are
+already in live bulks it only deletes their records, so no URL is queued
+twice). BadHosts goes before the records for the same reason: killed between 2
+and 3, a second retry still finds the records and finishes; the other way
+round, a kill after 3 would leave hosts bad with no record left to find them by.
+
+MainDB is read through its key snapshot (kvstore iterates a copy of the keys),
+so records can be deleted while the walk goes on; memory holds one chunk and
+the url_keys of the live bulks (a KeySet, 16 bytes a key). A damaged record is
+skipped with a warning and counted (``python -m kvstore verify`` names it).
+
+Every store of every shard is opened for writing before anything is changed:
+their writer locks keep a crawl out while the retry runs, and a crawl already
+running makes the open fail (DataDirError) with nothing changed. A sharded
+crawl's supervisor lock is the CLI's to take (crawler.cli.retry). A dry run
+opens the stores read-only and writes nothing at all.
+
+Not thread-safe: one call at a time (the locks see to it across processes).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import kvstore
+
+from ..exceptions import CrawlerError, DataDirError, URLError
+from ..web.urls import host_key, host_of, url_key
+from .badhosts import BAD_HOSTS_NAME
+from .frontier import DEFAULT_BULK_SIZE
+from .pages import PageRecord, Pending, decode_bulk, decode_page, encode_bulk
+from .shards import shard_dirs
+
+log = logging.getLogger(__name__)
+
+MAIN_NAME = "main"
+PEND_NAME = "pend"
+DEFAULT_CHUNK = 10_000  # records re-queued per write round (three flushes, two fsyncs)
+# Outcomes that are the crawler keeping its own rules (robots.txt said no, the per-run
+# page limit of a host): recorded at status 0 but not failures, so not retried unless
+# named with --reason.
+NOT_FAILURES = frozenset({"robots_disallowed", "host_page_limit"})
+_STATUS = re.compile(r"^(?:0|[1-5][0-9][0-9]|[1-5]xx)$")
+
+
+def outcome_key(page: PageRecord) -> str:
+    """The key the crawl counted the record under (as crawler.run.status.outcome_key):
+    its reason, else why its body was cut, else its HTTP status."""
+    return page.reason or page.truncated or str(page.status)
+
+
+def is_failure(page: PageRecord) -> bool:
+    """A record that is not an answer the crawl can use: no HTTP answer (status 0)
+    for any reason but the crawler's own rules (NOT_FAILURES), or an HTTP error
+    (4xx, 5xx). 2xx and 3xx answers are not failures, whatever their reason
+    (not_html, a cut body, redirect_limit)."""
+    if page.status == 0:
+        return page.reason not in NOT_FAILURES
+    return page.status >= 400
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which records to re-queue.
+
+    ``reasons``: prefixes of outcome keys; ``tls`` takes ``tls`` and also
+    ``bad_host:tls`` (the URLs of the host its ``tls`` failure marked bad), ``dns_``
+    every DNS failure, ``bad_host`` every URL recorded because its host was bad.
+    ``statuses``: ``404``, ``5xx`` (a class), ``0`` (every record without an HTTP
+    answer). A record is taken if it matches any of them; with neither, every
+    failure (:func:`is_failure`)."""
+
+    reasons: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = ()
+    _ranges: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ranges = []
+        for s in self.statuses:
+            text = s.strip().lower()
+            if not _STATUS.match(text):
+                raise CrawlerError(f"bad status {s!r}: use a code (404), a class (5xx) or 0")
+            low = int(text[0]) * 100 if text.endswith("xx") else int(text)
+            ranges.append((low, low + 99 if text.endswith("xx") else low))
+        if any(not r for r in self.reasons):
+            raise CrawlerError("an empty reason selects nothing")
+        object.__setattr__(self, "_ranges", tuple(ranges))
+
+    @property
+    def everything_failed(self) -> bool:
+        return not self.reasons and not self.statuses
+
+    def matches(self, page: PageRecord) -> bool:
+        if self.everything_failed:
+            return is_failure(page)
+        if any(low <= page.status <= high for low, high in self._ranges):
+            return True
+        key = outcome_key(page)
+        cause = key[len("bad_host:"):] if key.startswith("bad_host:") else None
+        return any(key.startswith(r) or (cause is not None and cause.startswith(r))
+                   for r in self.reasons)
+
+
+@dataclass(slots=True)
+class RetryReport:
+    """What a requeue did (or, dry, would do)."""
+
+    counts: Counter[str] = field(default_factory=Counter)  # re-queued records by outcome key
+    hosts_cleared: int = 0  # BadHosts entries deleted (dry: that would be)
+    already_pending: int = 0  # URLs found in a live bulk already (an interrupted retry)
+    damaged: int = 0  # records that could not be read, left alone
+    shards: int = 1
+    dry_run: bool = False
+
+    @property
+    def requeued(self) -> int:
+        return sum(self.counts.values())
+
+
+def _bulk_key(counter: int) -> bytes:
+    return counter.to_bytes(16, "big")  # PendDB's key: a counter, as the frontier writes it
+
+
+def _keys_array(keys: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, 16)
+
+
+class _Shard:
+    """One shard's MainDB, PendDB and BadHosts, open for the retry."""
+
+    def __init__(self, data_dir: str, *, readonly: bool) -> None:
+        self.data_dir = data_dir
+        self.readonly = readonly
+        self.stores: list[kvstore.Store] = []
+        self.live = kvstore.KeySet()  # url_keys of the URLs in live bulks
+        self.counter = 0  # the next free bulk key
+        try:
+            self.main = self._open(MAIN_NAME)  # first, as the frontier: a crawl holds it
+            self.pend = self._open(PEND_NAME)
+            self.bad = self._open(BAD_HOSTS_NAME)
+            if self.pend is not None:
+                top = -1
+                for bk in self.pend:
+                    top = max(top, int.from_bytes(bk, "big"))
+                    keys = [url_key(e.url) for e in decode_bulk(self.pend[bk])]
+                    if keys:
+                        self.live.add_many(_keys_array(keys))
+                self.counter = top + 1
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, name: str) -> kvstore.Store | None:
+        path = os.path.join(self.data_dir, name)
+        if self.readonly and not os.path.isdir(path):
+            return None  # a dry run creates nothing
+        try:
+            store = kvstore.open(path, readonly=self.readonly, buffer_size=8 << 20)
+        except kvstore.exceptions.StoreLockedError:
+            raise DataDirError(
+                f"{self.data_dir}: a crawl is running on this data directory: stop it "
+                "(Ctrl-C) and run retry again"
+            ) from None
+        self.stores.append(store)
+        return store
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+
+
+def requeue(data_dir: str, selection: Selection, *, dry_run: bool = False,
+            chunk: int = DEFAULT_CHUNK) -> RetryReport:
+    """Re-queue the records of every shard of the crawl in ``data_dir`` that
+    ``selection`` picks (see the module docstring for the order of the writes);
+    with ``dry_run``, only count them. Raises DataDirError while a crawl runs on
+    ``data_dir`` (nothing changed then)."""
+    dirs = [d for d in shard_dirs(data_dir) if os.path.isdir(os.path.join(d, MAIN_NAME))]
+    if not dirs:
+        raise DataDirError(f"{data_dir}: not a crawl directory (it has no main/)")
+    report = RetryReport(shards=len(dirs), dry_run=dry_run)
+    shards: list[_Shard] = []
+    try:
+        for d in dirs:  # every lock before any change
+            shards.append(_Shard(d, readonly=dry_run))
+        for shard in shards:
+            _requeue_shard(shard, selection, report, chunk)
+    finally:
+        for shard in shards:
+            shard.close()
+    log.info("%s: %d records %s, %d bad hosts %s", data_dir, report.requeued,
+             "would be re-queued" if dry_run else "re-queued", report.hosts_cleared,
+             "would be cleared" if dry_run else "cleared")
+    return report
+
+
+def _requeue_shard(shard: _Shard, selection: Selection, report: RetryReport, chunk: int) -> None:
+    batch: list[tuple[bytes, PageRecord]] = []
+    cleared: set[bytes] = set()
+    main = shard.main
+    assert main is not None  # dirs were chosen for their main/
+    for key in main:
+        try:
+            page = decode_page(main[key], with_body=False)
+        except (kvstore.exceptions.CorruptStoreError, CrawlerError, ValueError, TypeError) as exc:
+            # as crawler.read.listing: ValueError is bad JSON or UTF-8, TypeError unknown fields
+            report.damaged += 1
+            log.warning("%s: record %s is damaged, left alone: %s", shard.data_dir, key.hex(), exc)
+            continue
+        if selection.matches(page):
+            batch.append((key, page))
+            if len(batch) >= chunk:
+                _write_chunk(shard, batch, report, cleared)
+                batch = []
+    if batch:
+        _write_chunk(shard, batch, report, cleared)
+    if not shard.readonly:
+        main.sync()
+
+
+def _write_chunk(shard: _Shard, batch: list[tuple[bytes, PageRecord]], report: RetryReport,
+                 cleared: set[bytes]) -> None:
+    """One chunk, in the crash-safe order: bulks, BadHosts, records."""
+    keys = [k for k, _ in batch]
+    known = shard.live.contains_many(_keys_array(keys)).tolist()
+    entries = [Pending(page.url, page.depth) for (_, page), live in zip(batch, known, strict=True)
+               if not live]
+    report.already_pending += len(batch) - len(entries)
+    hosts: set[bytes] = set()
+    for _, page in batch:
+        report.counts[outcome_key(page)] += 1
+        try:
+            hosts.add(host_key(host_of(page.url)))
+        except URLError:
+            pass  # a URL with no host (bad_url) has no BadHosts entry either
+    bad = shard.bad
+    to_clear = [h for h in hosts - cleared if bad is not None and h in bad]
+    cleared.update(to_clear)
+    report.hosts_cleared += len(to_clear)
+    if shard.readonly:
+        return
+    assert shard.pend is not None and shard.bad is not None and shard.main is not None
+    if entries:  # 1. the URLs, pending again
+        size = DEFAULT_BULK_SIZE
+        bulk_keys = [_bulk_key(shard.counter + i) for i in range((len(entries) + size - 1) // size)]
+        shard.counter += len(bulk_keys)
+        values = [encode_bulk(entries[i : i + size]) for i in range(0, len(entries), size)]
+        shard.pend.put_many(bulk_keys, values)
+        shard.pend.sync()
+        shard.live.add_many(_keys_array([k for (k, _), live in zip(batch, known, strict=True)
+                                         if not live]))
+    if to_clear:  # 2. their hosts, no longer bad
+        for h in to_clear:
+            del shard.bad[h]
+        shard.bad.sync()
+    for k in keys:  # 3. their records, gone
+        del shard.main[k]
+    shard.main.flush()
