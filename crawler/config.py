@@ -39,6 +39,16 @@ DEFAULT_STATUS_INTERVAL = 5.0
 DEFAULT_MAX_WAITING_PER_HOST = 64
 
 
+# A --store-types entry: type/subtype, type/*, or *.
+_MEDIA_PATTERN = re.compile(r"\*|[a-z0-9][a-z0-9!#$&^_.+-]*/(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)")
+
+
+def stores_type(patterns: tuple[str, ...], media_type: str) -> bool:
+    """Whether ``media_type`` (lowercase, no parameters) matches one of --store-types."""
+    family = media_type.partition("/")[0] + "/*"
+    return any(p in ("*", media_type, family) for p in patterns)
+
+
 @dataclass(frozen=True)
 class CrawlerConfig:
     data_dir: str
@@ -76,6 +86,7 @@ class CrawlerConfig:
     max_waiting: int = 0  # URLs held in memory waiting for their host; 0 = 16 per thread
     max_waiting_per_host: int = DEFAULT_MAX_WAITING_PER_HOST
     status_interval: float = DEFAULT_STATUS_INTERVAL
+    store_types: tuple[str, ...] = ()  # non-HTML media types whose bodies are kept too
     scope_hosts: frozenset[str] = field(default_factory=frozenset)  # filled from the seeds
 
     def __post_init__(self) -> None:
@@ -98,6 +109,12 @@ class CrawlerConfig:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} cannot be negative")
+        for media in self.store_types:
+            if not _MEDIA_PATTERN.fullmatch(media):
+                raise ConfigError(
+                    f"--store-types {media!r}: give a media type (application/pdf), "
+                    "a family (image/*) or * for every type"
+                )
         for pattern in self.allow_regex + self.deny_regex:
             try:
                 re.compile(pattern)

@@ -98,6 +98,10 @@ OPTIONS: tuple[Opt, ...] = (
         "only admit URLs matching one of these, repeatable", "REGEX", "scope"),
     Opt("deny_regex", "--deny-regex", "list", [],
         "never admit URLs matching one of these, repeatable", "REGEX", "scope"),
+    Opt("store_types", "--store-types", "list", [],
+        "keep the bodies of these non-HTML media types too, for an archiving crawl "
+        "(application/pdf, image/*, or * for all; repeatable or comma-separated; "
+        "default: HTML bodies only)", "TYPE", "scope"),
     Opt("max_depth", "--max-depth", whole(0), None,
         "seeds are depth 0, each link adds 1 (default: no limit)", "N", "scope"),
     Opt("max_pages_per_host", "--max-pages-per-host", whole(0), None,
@@ -197,6 +201,9 @@ def config_fields(settings: dict[str, Any]) -> dict[str, Any]:
         "allow_domains": tuple(s.pop("allow_domain")),
         "allow_regex": tuple(s.pop("allow_regex")),
         "deny_regex": tuple(s.pop("deny_regex")),
+        "store_types": tuple(
+            t.strip().lower() for item in s.pop("store_types") for t in item.split(",") if t.strip()
+        ),
     }
     out.update(s)
     return out

@@ -45,10 +45,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..config import CrawlerConfig, Scope
+from ..config import CrawlerConfig, Scope, stores_type
 from ..exceptions import CrawlerError, DataDirError, DiskFullError, DNSError, FetchError, URLError
 from ..net.dnscache import DNSCache
-from ..net.fetch import Fetcher, FetchResult, parse_retry_after
+from ..net.fetch import Fetcher, FetchResult, content_type, parse_retry_after
 from ..state.badhosts import BadHosts
 from ..state.frontier import DISK_FULL_ERRNOS, Claimed, Frontier, Outcome
 from ..state.pages import PageRecord, Pending, encode_page, pack_links
@@ -483,6 +483,7 @@ class Engine:
         reason = ""
         noindex = False
         outlinks = 0
+        keep = False  # a non-HTML body kept all the same
         graph = b""  # the page's links, kept in its record (the link graph)
         if 300 <= status < 400 and r.redirect:
             if e.hops + 1 > cfg.max_redirects:
@@ -511,14 +512,20 @@ class Engine:
                     links = self._admissible(list(page.links), e.depth + 1, 0)
             else:
                 reason = "not_html"
-        record = self._page(c, r, reason, outlinks=outlinks, noindex=noindex, links=graph)
+                if cfg.store_types and stores_type(cfg.store_types, content_type(r)[0]):
+                    _, noindex = robots_directives(r.headers.get("x-robots-tag", ""), self._agent)
+                    noindex = noindex and cfg.obey_robots
+                    keep = not noindex  # an archiving crawl keeps this body (--store-types)
+        record = self._page(
+            c, r, reason, outlinks=outlinks, noindex=noindex, links=graph, keep_type=keep
+        )
         return _Result(Outcome(c, record, links=links))
 
     def _page(
         self, c: Claimed, r: FetchResult, reason: str, *, outlinks: int = 0, noindex: bool = False,
-        links: bytes = b"",
+        links: bytes = b"", keep_type: bool = False,
     ) -> bytes:
-        keep_body = r.status == 200 and not reason and not noindex
+        keep_body = r.status == 200 and (not reason or keep_type) and not noindex
         return self._record(
             c,
             r.status,

@@ -144,6 +144,24 @@ def _cut(body: bytes, max_bytes: int) -> tuple[bytes, bool]:
     return head[: end + 1], True
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def _without_bom(data: bytes) -> bytes:
+    """``data`` without a leading UTF-8 BOM, or the first one or two bytes of one (seen
+    in the wild: a file cut or re-encoded carelessly). Kept, the partial BOM decodes as
+    U+FFFD glued to the first line, and the first group's rules would apply to nobody.
+    Bytes that begin a real character (EF then a continuation byte other than BB BF)
+    are left alone."""
+    for n in (3, 2, 1):
+        if data.startswith(_BOM[:n]):
+            rest = data[n:]
+            if n == 3 or not rest or not 0x80 <= rest[0] <= 0xBF:
+                return rest
+            return data
+    return data
+
+
 class RobotsRules:
     """What robots.txt says about one host, for one user agent. Immutable, thread-safe.
 
@@ -254,7 +272,7 @@ class RobotsRules:
         data, truncated = _cut(body, max_bytes)
         if truncated:
             logger.info("robots.txt of %d bytes parsed up to %d", len(body), len(data))
-        text = data.decode("utf-8", "replace").removeprefix("\ufeff")
+        text = _without_bom(data).decode("utf-8", "replace")
         return cls(
             "rules",
             fetched_at=now,

@@ -201,7 +201,7 @@ def tree(path: Path) -> list[tuple[str, int]]:
     "case",
     ["data_is_a_file", "data_under_a_file", "data_is_a_kvstore", "data_holds_other_files",
      "zero_threads", "relative_seed", "ftp_seed", "missing_seeds_file", "bad_seeds_file_line",
-     "unreadable_ca_bundle"],
+     "unreadable_ca_bundle", "bad_store_type"],
 )
 def test_a_users_mistake_is_one_line_and_leaves_nothing_behind(
     case: str, tmp_path: Path
@@ -236,6 +236,8 @@ def test_a_users_mistake_is_one_line_and_leaves_nothing_behind(
     elif case == "bad_seeds_file_line":
         (tmp_path / "s.txt").write_text("http://h0.test/\nmailto:me@h0.test\n")
         extra, words = ["--seeds-file", str(tmp_path / "s.txt")], ["s.txt:2", "mailto:"]
+    elif case == "bad_store_type":
+        extra, words = ["--store-types", "pdf"], ["--store-types 'pdf'", "image/*"]
     elif case == "unreadable_ca_bundle":
         extra, words = ["--ca-bundle", str(tmp_path / "no.pem")], ["no.pem", "--ca-bundle"]
     before = tree(tmp_path)

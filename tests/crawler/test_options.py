@@ -347,3 +347,24 @@ def test_new_seeds_given_on_resume_are_crawled(make_testweb: MakeWeb, tmp_path: 
     assert page_refetches(web) == {}
     seeds = (data / "seeds.txt").read_text().split()
     assert seeds == [web.seed_url, new_seed]
+
+
+def test_store_types_keeps_the_bodies_of_those_types_only(
+    make_testweb: MakeWeb, tmp_path: Path
+) -> None:
+    """An archiving crawl: --store-types keeps PDF and PNG bodies byte for byte; the
+    octet-stream one (not named) is still recorded without its body, and nothing that
+    is not HTML is parsed for links."""
+    web = make_testweb(pages=20, hosts=1, crawl_delay=0.0, faults=[fault("binary")])
+    data = tmp_path / "c"
+    args = cli_args(web, data, "--store-types", "application/pdf,image/*")
+    ok(run_cli(args))
+    m = "/x/binary/"
+    served = {
+        r.path: r.bytes for r in web.log.records() if r.path.startswith(m) and r.status == 200
+    }
+    pdf, png, octet = (record(data, web.url("h0.test", m + n)) for n in ("pdf", "image", "octet"))
+    assert pdf.body.startswith(b"%PDF-") and len(pdf.body) == served[m + "pdf"]
+    assert png.body.startswith(b"\x89PNG") and len(png.body) == served[m + "image"]
+    assert (octet.body, octet.reason) == (b"", "not_html")
+    assert all(r.reason == "not_html" and r.outlinks == 0 for r in (pdf, png, octet))

@@ -186,6 +186,9 @@ SYNTAX: list[Row] = [
     ("User-agent: *\nDisallow: x\n", "/x", True),  # not a path-pattern
     ("User-agent: *\nDisallow: http://robots.example.test/x\n", "/x", True),
     (b"\xef\xbb\xbfUser-agent: *\nDisallow: /x\n", "/x", False),  # a BOM
+    (b"\xef\xbbUser-agent: *\nDisallow: /x\n", "/x", False),  # two bytes of one
+    (b"\xefUser-agent: *\nDisallow: /x\n", "/x", False),  # one byte of one
+    (b"\xef\x80\x80User-agent: *\nDisallow: /x\n", "/x", True),  # U+F000: a character
     ("User-agent: *\r\nDisallow: /x\r\n", "/x", False),  # CRLF
     ("User-agent: *\rDisallow: /x\rDisallow: /y", "/y", False),  # CR alone, no final EOL
     ("User-agent: *\nDisallow: /a\x0cDisallow: /b\n", "/b", True),  # form feed ends no line
