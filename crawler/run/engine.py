@@ -52,9 +52,15 @@ from ..net.fetch import Fetcher, FetchResult, content_type, parse_retry_after
 from ..state.badhosts import BadHosts
 from ..state.frontier import DISK_FULL_ERRNOS, Claimed, Frontier, Outcome
 from ..state.pages import PageRecord, Pending, encode_page, pack_links
+from ..state.robotsstore import RobotsStore
 from ..state.shards import Router, ShardPlace
 from ..web.links import extract, is_html, robots_directives
-from ..web.robots import DEFAULT_MAX_ROBOTS_BYTES, RobotsRules, product_token
+from ..web.robots import (
+    DEFAULT_MAX_ROBOTS_BYTES,
+    DEFAULT_ROBOTS_TTL,
+    RobotsRules,
+    product_token,
+)
 from ..web.urls import URL, host_of, normalize, parse, url_key
 from . import status as status_mod
 from .politeness import HostSlot, Scheduler
@@ -119,6 +125,7 @@ class Engine:
             max_waiting_per_host=config.max_waiting_per_host,
         )
         self.robots = RobotsCache()
+        self.robots_store = RobotsStore(config.data_dir, max_body=DEFAULT_MAX_ROBOTS_BYTES)
         self._agent = (product_token(config.user_agent),)
         self._meta_names = ("robots", *self._agent)
         self.stats_lock = threading.Lock()  # guards outcomes, fetched, bytes
@@ -242,6 +249,7 @@ class Engine:
     def close(self) -> None:
         self.frontier.close()
         self.bad_hosts.close()
+        self.robots_store.close()
         self.fetcher.close()
         self.robots_fetcher.close()
 
@@ -361,31 +369,11 @@ class Engine:
         if rules is None:
             if not self.robots.begin_fetch(key, now):  # another worker is fetching it
                 return _Result(None, time.monotonic() + 0.05, contacted=False)
-            rules = None
-            try:
-                status, body = self._fetch_robots(u.robots_url)
-                failed = status is None or status >= 500 or status == 429
-                failures = self.scheduler.robots_outcome(slot, failed)
-                if failed and failures <= cfg.max_retries:
-                    with self.stats_lock:
-                        self.outcomes["retry:robots_unavailable"] += 1
-                retry = cfg.backoff * 2.0 ** min(max(failures - 1, 0), 60)
-                rules = RobotsRules.from_response(
-                    status,
-                    body,
-                    user_agent=cfg.user_agent,
-                    now=time.time(),
-                    error_retry=min(retry, cfg.max_retry_after),
-                    previous=self.robots.peek(key),
-                )
-            finally:
-                if rules is None:
-                    self.robots.abort_fetch(key)
-                else:
-                    self.robots.finish_fetch(key, rules)
-            if rules.crawl_delay is not None:
+            rules = self._kept_robots(key, now)  # an earlier run's answer, if still fresh
+            if rules is None:
+                return self._fetch_rules(slot, key, u)
+            if rules.crawl_delay is not None:  # no request made: decide the URL now
                 slot.delay = max(cfg.delay, min(rules.crawl_delay, cfg.max_crawl_delay))
-            return _Result(None)  # robots.txt was this visit's request; the URL waits its turn
         if rules.state == "disallow_all_for_now":
             if slot.robots_failures <= cfg.max_retries:
                 # The whole host waits for the next robots.txt try; its URLs stay in memory.
@@ -395,6 +383,50 @@ class Engine:
         if not rules.can_fetch(u):
             return self._final(c, 0, "robots_disallowed")
         return None
+
+    def _fetch_rules(self, slot: HostSlot, key: str, u: URL) -> _Result:
+        """Fetch the host's robots.txt (the fetch claim is ours), cache and keep it."""
+        cfg = self.config
+        rules = None
+        try:
+            status, body = self._fetch_robots(u.robots_url)
+            failed = status is None or status >= 500 or status == 429
+            failures = self.scheduler.robots_outcome(slot, failed)
+            if failed and failures <= cfg.max_retries:
+                with self.stats_lock:
+                    self.outcomes["retry:robots_unavailable"] += 1
+            retry = cfg.backoff * 2.0 ** min(max(failures - 1, 0), 60)
+            rules = RobotsRules.from_response(
+                status,
+                body,
+                user_agent=cfg.user_agent,
+                now=time.time(),
+                error_retry=min(retry, cfg.max_retry_after),
+                previous=self.robots.peek(key),
+            )
+            if status is not None:
+                self.robots_store.save(key, status, body or b"", rules.fetched_at)
+        finally:
+            if rules is None:
+                self.robots.abort_fetch(key)
+            else:
+                self.robots.finish_fetch(key, rules)
+        if rules.crawl_delay is not None:
+            slot.delay = max(cfg.delay, min(rules.crawl_delay, cfg.max_crawl_delay))
+        return _Result(None)  # robots.txt was this visit's request; the URL waits its turn
+
+    def _kept_robots(self, key: str, now: float) -> RobotsRules | None:
+        """The rules of the robots.txt answer a run kept on disk, cached and returned
+        (ending the fetch claim ``begin_fetch`` gave), or None (the claim stays)."""
+        kept = self.robots_store.load(key, now, DEFAULT_ROBOTS_TTL)
+        if kept is None:
+            return None
+        status, body, fetched_at = kept
+        rules = RobotsRules.from_response(
+            status, body, user_agent=self.config.user_agent, now=fetched_at
+        )
+        self.robots.finish_fetch(key, rules)
+        return rules
 
     def _fetch_robots(self, url: str) -> tuple[int | None, bytes | None]:
         """(status, body) of robots.txt after up to ROBOTS_MAX_REDIRECTS redirects (RFC
