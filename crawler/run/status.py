@@ -163,12 +163,18 @@ class Reporter:
         self._last = time.monotonic()
         self._last_fetched = snap["fetched"]
         if self.log_line:
-            log.info("%s", status_line(snap))
+            log_status(snap)
         try:
             write_status(self.engine.config.data_dir, snap)
         except OSError as exc:  # a full disk must not stop the crawl from stopping cleanly
             log.warning("status.json not written: %s", exc)
         return snap
+
+
+def log_status(snap: dict[str, Any]) -> None:
+    """Log the status line, under this module's logger whoever writes it (one engine,
+    or a supervisor's sum), so it reads the same with one process or many."""
+    log.info("%s", status_line(snap))
 
 
 def status_line(snap: dict[str, Any]) -> str:

@@ -376,7 +376,7 @@ class Supervisor:
         if final:
             snap["running"] = False
         else:
-            log.info("%s", status_mod.status_line(snap))
+            status_mod.log_status(snap)
         try:
             status_mod.write_status(self.data_dir, snap)
         except OSError as exc:
