@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import io
 import logging
+import os
+import shlex
 import sys
 from typing import Any
 
 from .. import config as cfgmod
 from ..exceptions import CrawlerError
-from ..read.export import DEFAULT_PROGRESS_INTERVAL, export
+from ..read.export import export
 from ..read.listing import DEFAULT_MAX_TEXT_CHARS
+from ..state.settings import load_settings
 from ._common import log_to_stderr, size, stdout_gone
+from .progress import DEFAULT_INTERVAL, Progress
+
+log = logging.getLogger(__name__)
+INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C (128 + SIGINT)
 
 
 def add_parsers(sub: Any) -> None:
@@ -22,20 +30,29 @@ def add_parsers(sub: Any) -> None:
         description="Write every page record of a crawl (running or stopped: read-only, "
         "streaming) as WARC (warcinfo, then request/response records, revisits for repeated "
         "payloads, metadata records for URLs with no answer) and/or JSON lines. "
-        "The formats are described in docs/EXPORT.md.",
+        "The formats are described in docs/EXPORT.md. Every file is logged as it is "
+        "finished (name, records, bytes) and the last line on stdout lists the files written "
+        "(on stderr when --jsonl - takes stdout). Progress (percentage, rate, time left) goes "
+        "to stderr: a bar on a terminal, else a line every --progress-interval seconds. All "
+        "or nothing: an export that fails (exit 1) or is interrupted (exit 130) removes every "
+        "file it wrote.",
         epilog="example: python -m crawler export crawl1 --warc crawl1.warc.gz --max-size 1G "
-        "--jsonl crawl1.jsonl --text",
+        "--jsonl crawl1.jsonl --text   (writes crawl1-00000.warc.gz, crawl1-00001.warc.gz... "
+        "and crawl1.jsonl; then: python -m warcio.cli check crawl1-*.warc.gz)",
     )
     export_p.add_argument("data", metavar="DIR", help="crawl data directory")
     export_p.add_argument(
-        "--warc", metavar="OUT.warc.gz", help="WARC output (gzip per record if it ends in .gz)"
+        "--warc", metavar="OUT.warc.gz",
+        help="WARC output, written under exactly this name unless --max-size splits it "
+        "(gzip per record if it ends in .gz)",
     )
     export_p.add_argument(
         "--max-size",
         type=size,
         metavar="BYTES",
-        help="split the WARC: OUT-00000.warc.gz, OUT-00001... a new file once one reaches "
-        "BYTES (K, M, G suffixes)",
+        help="split the WARC: a new file once one reaches BYTES (K, M, G suffixes). The files "
+        "are always numbered, OUT-00000.warc.gz, OUT-00001.warc.gz... (like wget "
+        "--warc-max-size), even when one file results: OUT.warc.gz itself is not written",
     )
     export_p.add_argument(
         "--jsonl", metavar="OUT.jsonl", help="JSON lines output, one object per page (- = stdout)"
@@ -52,9 +69,8 @@ def add_parsers(sub: Any) -> None:
     )
     export_p.add_argument(
         "--user-agent",
-        default=cfgmod.DEFAULT_USER_AGENT,
-        help="User-Agent of the rebuilt WARC request records (a crawl does not record the one "
-        "it used; default: the crawler's default)",
+        help="User-Agent of the rebuilt WARC request records (default: the one the crawl "
+        "sent, from its settings.json; for a crawl without one, the crawler's default)",
     )
     export_p.add_argument(
         "--no-revisits", action="store_true", help="write repeated payloads in full"
@@ -72,11 +88,14 @@ def add_parsers(sub: Any) -> None:
     export_p.add_argument(
         "--progress-interval",
         type=float,
-        default=DEFAULT_PROGRESS_INTERVAL,
+        default=DEFAULT_INTERVAL,
         metavar="S",
-        help="seconds between progress lines on stderr",
+        help="seconds between progress lines when stderr is not a terminal (default: "
+        "%(default)s)",
     )
-    export_p.add_argument("--quiet", action="store_true", help="only warnings on stderr")
+    export_p.add_argument(
+        "--quiet", action="store_true", help="no progress: only warnings on stderr"
+    )
 
 
 def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -92,6 +111,45 @@ def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             parser.error("export: --text adds text to the JSONL output: give --jsonl")
         if args.text_limit <= 0:
             parser.error("export: --text-limit must be > 0")
+        if args.progress_interval < 0:
+            parser.error("export: --progress-interval cannot be negative")
+        if args.warc and args.jsonl and os.path.abspath(args.warc) == os.path.abspath(args.jsonl):
+            parser.error("export: --warc and --jsonl name the same file")
+
+
+_HINTS = {
+    errno.EACCES: "permission denied: write somewhere you may",
+    errno.EPERM: "permission denied: write somewhere you may",
+    errno.EROFS: "read-only file system: write somewhere else",
+    errno.ENOSPC: "disk full: free some space or write somewhere else",
+    errno.EDQUOT: "disk quota exceeded: free some space or write somewhere else",
+    errno.EFBIG: "file too large for this file system or the file size limit (ulimit -f)",
+    errno.EISDIR: "is a directory: give a file name",
+}
+
+
+def write_error(what: str, exc: OSError) -> str:
+    """One line for an output that cannot be written: the path (the user's name, not
+    the ``.part`` being written), what is wrong and the fix."""
+    path = exc.filename if isinstance(exc.filename, str) else ""
+    path = path.removesuffix(".part")
+    parent = os.path.dirname(os.path.abspath(path)) if path else ""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR) and parent and not os.path.isdir(parent):
+        found = parent
+        while not os.path.exists(found):
+            found = os.path.dirname(found)
+        hint = (f"the directory {parent} does not exist: create it first"
+                if os.path.isdir(found) else f"{found} is a file, not a directory")
+    else:
+        hint = _HINTS.get(exc.errno or 0, exc.strerror or str(exc))
+    return f"{what}: {path}: {hint}" if path else f"{what}: {hint}"
+
+
+def _crawl_user_agent(data_dir: str) -> str:
+    """The User-Agent the crawl sent (its saved settings), else the default."""
+    saved = load_settings(data_dir) if os.path.isdir(data_dir) else None
+    agent = (saved or {}).get("user_agent")
+    return agent if isinstance(agent, str) and agent else cfgmod.DEFAULT_USER_AGENT
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -102,23 +160,27 @@ def cmd_export(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         stream = jsonl = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
     try:
-        export(
-            args.data,
-            warc=args.warc,
-            jsonl=jsonl,
-            max_size=args.max_size,
-            text=args.text,
-            text_limit=args.text_limit,
-            user_agent=args.user_agent,
-            revisits=not args.no_revisits,
-            skip_failures=args.skip_failures,
-            strict=args.strict,
-            progress_interval=args.progress_interval,
-        )
+        with Progress(quiet=args.quiet, interval=args.progress_interval) as progress:
+            stats = export(
+                args.data,
+                warc=args.warc,
+                jsonl=jsonl,
+                max_size=args.max_size,
+                text=args.text,
+                text_limit=args.text_limit,
+                user_agent=args.user_agent or _crawl_user_agent(args.data),
+                revisits=not args.no_revisits,
+                skip_failures=args.skip_failures,
+                strict=args.strict,
+                progress=progress.phase("export"),
+            )
     except BrokenPipeError:
         return stdout_gone()
     except OSError as exc:
-        raise CrawlerError(f"cannot write the export: {exc}") from exc
+        raise CrawlerError(write_error("cannot write the export", exc)) from exc
+    except KeyboardInterrupt:
+        print("crawler: export interrupted: the files it wrote were removed", file=sys.stderr)
+        return INTERRUPTED
     finally:
         if stream is not None:
             try:
@@ -126,6 +188,15 @@ def cmd_export(args: argparse.Namespace) -> int:
             except BrokenPipeError:
                 pass
             stream.detach()  # sys.stdout keeps its buffer
+    listing = "wrote " + " ".join(shlex.quote(f) for f in stats.files)  # paste-able names
+    if stream is not None:  # stdout is the JSONL: the listing goes with the log
+        if stats.files:
+            log.info("%s", listing)
+        return 0
+    try:
+        print(listing, flush=True)
+    except BrokenPipeError:
+        return stdout_gone()
     return 0
 
 

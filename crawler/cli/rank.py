@@ -5,14 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
+from ..exceptions import CrawlerError
 from ..read.graph import DEFAULT_BLOCK_NODES, DEFAULT_CHUNK
 from ..read.listing import CrawlReader
 from ..read.rank import DEFAULT_DAMPING, DEFAULT_MAX_ITER, DEFAULT_TOL, rank_crawl
 from ..read.rankstore import RankStore
+from ..state.pages import PageRecord
 from ._common import log_to_stderr, stdout_gone
+from .export import INTERRUPTED, write_error
+from .progress import DEFAULT_INTERVAL, Callback, Convergence, Progress
 
 
 def _positive(value: str) -> int:
@@ -47,9 +55,14 @@ def add_parsers(sub: Any) -> None:
     rank.add_argument("--chunk", type=_positive, default=DEFAULT_CHUNK, metavar="N",
                       help="edges per vectorized step")
     rank.add_argument("--work", metavar="TMPDIR",
-                      help="where to build the graph (default: inside DIR)")
+                      help="an existing directory to build the graph in (a new directory "
+                      "inside it, removed at the end; default: inside DIR)")
     rank.add_argument("--json", action="store_true", help="the summary as one JSON object")
-    rank.add_argument("--quiet", action="store_true", help="only warnings on stderr")
+    rank.add_argument("--progress-interval", type=float, default=DEFAULT_INTERVAL, metavar="S",
+                      help="seconds between progress lines when stderr is not a terminal "
+                      "(default: %(default)s)")
+    rank.add_argument("--quiet", action="store_true",
+                      help="no progress: only warnings on stderr")
 
 
 def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -60,13 +73,54 @@ def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             parser.error("rank: --tol must be > 0")
         if args.top < 0:
             parser.error("rank: --top cannot be negative")
+        if args.progress_interval < 0:
+            parser.error("rank: --progress-interval cannot be negative")
+
+
+class _Counted:
+    """The reader as rank_crawl reads it (``data_dir``, ``len``, ``pages``), reporting
+    the records read, damaged ones included, to ``progress(done, total)``."""
+
+    def __init__(self, reader: CrawlReader, progress: Callback) -> None:
+        self.reader, self.progress, self.data_dir = reader, progress, reader.data_dir
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def pages(self, *, with_body: bool = True) -> Iterator[PageRecord]:
+        total, n = len(self.reader), 0
+        for page in self.reader.pages(with_body=with_body):
+            n += 1
+            self.progress(n + self.reader.skipped, total)
+            yield page
+        self.progress(n + self.reader.skipped, total)
 
 
 def cmd_rank(args: argparse.Namespace) -> int:
     log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
-    with CrawlReader(args.data) as reader:
-        result = rank_crawl(reader, damping=args.damping, tol=args.tol, max_iter=args.max_iter,
-                            block=args.block_nodes, chunk=args.chunk, work_dir=args.work)
+    if args.work is not None and not os.path.isdir(args.work):
+        raise CrawlerError(f"--work {args.work}: no such directory: create it first")
+    work = None
+    try:
+        with CrawlReader(args.data) as reader, \
+                Progress(quiet=args.quiet, interval=args.progress_interval) as progress:
+            # rank_crawl builds in work_dir itself, then moves or removes it: give it a new
+            # directory, never the user's (--work /tmp must not empty /tmp).
+            work = tempfile.mkdtemp(prefix="kvcrawl-rank-", dir=args.work) if args.work else None
+            iterations = Convergence(progress.phase("pagerank", "iterations", estimated=True),
+                                     tol=args.tol, max_iter=args.max_iter)
+            result = rank_crawl(_Counted(reader, progress.phase("rank")), damping=args.damping,
+                                tol=args.tol, max_iter=args.max_iter, block=args.block_nodes,
+                                chunk=args.chunk, work_dir=work, progress=iterations)
+    except OSError as exc:
+        raise CrawlerError(write_error("cannot store the ranks", exc)) from exc
+    except KeyboardInterrupt:
+        print("crawler: rank interrupted: the ranks stored before are unchanged",
+              file=sys.stderr)
+        return INTERRUPTED
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)  # moved into DIR/rank when it worked
     g = result.graph
     try:
         with RankStore(args.data) as store:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import json
 import logging
@@ -13,10 +14,13 @@ from typing import Any
 
 from ..exceptions import CrawlerError
 from ..read import charts
+from ..read.rank import DEFAULT_MAX_ITER, DEFAULT_TOL
 from ..read.report import DEFAULT_LIMIT, DEFAULT_REFERRERS, compute
 from ..read.reporthtml import render
 from ..read.serve import DEFAULT_INTERVAL, DEFAULT_PORT, DEFAULT_REFRESH, ReportServer
+from . import progress as progressmod
 from ._common import log_to_stderr
+from .export import INTERRUPTED, write_error
 
 
 def _common(p: Any) -> None:
@@ -43,7 +47,12 @@ def add_parsers(sub: Any) -> None:
     _common(report)
     report.add_argument("--out", metavar="FILE", help="output file (default: stdout)")
     report.add_argument("--format", choices=("html", "json"), default="html")
-    report.add_argument("--quiet", action="store_true", help="only warnings on stderr")
+    report.add_argument("--progress-interval", type=float,
+                        default=progressmod.DEFAULT_INTERVAL, metavar="S",
+                        help="seconds between progress lines when stderr is not a terminal "
+                        "(default: %(default)s)")
+    report.add_argument("--quiet", action="store_true",
+                        help="no progress: only warnings on stderr")
 
     serve = sub.add_parser(
         "serve",
@@ -70,6 +79,8 @@ def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             parser.error(f"{args.command}: --limit must be >= 1 and --referrers >= 0")
     if args.command == "report" and args.format == "html" and args.out == "-":
         args.out = None
+    if args.command == "report" and args.progress_interval < 0:
+        parser.error("report: --progress-interval cannot be negative")
     if args.command == "serve":
         if not 0 <= args.port < 65536:
             parser.error("serve: --port must be 0..65535")
@@ -87,19 +98,38 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.format == "html" and not charts.available():
         raise CrawlerError("the HTML report's charts need matplotlib: pip install "
                            "'kvcrawl[report]' (or use --format json)")
-    report = compute(args.data, **_options(args))
-    text = render(report) if args.format == "html" else json.dumps(report, indent=1) + "\n"
-    if args.out is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return 0
-    tmp = args.out + ".part"
+    out = None
+    if args.out is not None:  # an output that cannot be written fails before the long part
+        try:
+            if os.path.isdir(args.out):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), args.out)
+            out = open(args.out + ".part", "w", encoding="utf-8")  # noqa: SIM115 - below
+        except OSError as exc:
+            raise CrawlerError(write_error("cannot write the report", exc)) from exc
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, args.out)
+        with progressmod.Progress(quiet=args.quiet, interval=args.progress_interval) as progress:
+            ranks = progress.phase("pagerank", "iterations", estimated=True)
+            report = compute(args.data, **_options(args), progress=progress.phase("report"),
+                             rank_progress=progressmod.Convergence(
+                                 ranks, tol=DEFAULT_TOL, max_iter=DEFAULT_MAX_ITER))
+        text = render(report) if args.format == "html" else json.dumps(report, indent=1) + "\n"
+        if out is None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return 0
+        out.write(text)
+        out.close()
+        os.replace(args.out + ".part", args.out)
     except OSError as exc:
-        raise CrawlerError(f"cannot write the report: {exc}") from exc
+        raise CrawlerError(write_error("cannot write the report", exc)) from exc
+    except KeyboardInterrupt:
+        print("crawler: report interrupted: nothing written", file=sys.stderr)
+        return INTERRUPTED
+    finally:
+        if out is not None and not out.closed:
+            out.close()
+        if out is not None and os.path.exists(args.out + ".part"):
+            os.unlink(args.out + ".part")
     logging.getLogger(__name__).info("report of %s written to %s", args.data, args.out)
     return 0
 

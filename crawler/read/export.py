@@ -7,10 +7,17 @@ Theory of operation
 running crawl and exports the records flushed before it started) and hands
 each page record to the sinks asked for, :class:`WarcSink` and
 :class:`JsonlSink`. One record is in memory at a time.
-A progress line is logged every ``progress_interval`` seconds and a summary
-at the end. Each output is written under ``NAME.part`` and renamed when it is
-complete, so a file under its final name is whole; on an error the file being
-written is removed (split files already completed stay).
+Progress goes to a ``progress(done, total)`` callback (records read, damaged
+ones included, of the records in the snapshot: it reaches ``total`` when the
+pass is complete); showing it is the caller's business (crawler.cli.progress).
+Each output is written under ``NAME.part`` and renamed when it is complete
+(crawler.read._outfile), so a file under its final name is whole; every
+file is logged as it is finished (its name, records or lines, bytes), and
+the summary at the end. An export is
+all or nothing: on an error (or Ctrl-C) every file it wrote is removed,
+completed split files included (each removal logged), so no output of a
+failed export can be taken for a whole one. Only JSON lines already written
+to a stream (stdout) cannot be taken back.
 
 WARC mapping (docs/EXPORT.md is the reference):
 
@@ -28,9 +35,12 @@ WARC mapping (docs/EXPORT.md is the reference):
   length; original values stay visible as ``X-Crawler-Original-*`` headers;
   a body cut at a limit is ``WARC-Truncated: length``, a body the crawler did
   not keep (non-200, non-HTML, noindex) ``WARC-Truncated: unspecified``;
-- ``max_size`` splits: once a file reached it, the next page starts a new
-  file (``OUT-00000.warc.gz``, ``OUT-00001.warc.gz``...); a request/response
-  pair never spans two files.
+- ``max_size`` splits: the files are always numbered, ``OUT-00000.warc.gz``,
+  ``OUT-00001.warc.gz``... (:func:`split_name`, as ``wget --warc-max-size``
+  names them), even when one file results: the names depend on the options
+  only, never on the crawl's size, and sort in order. Once a file reached the
+  size the next page starts a new file; a request/response pair never spans
+  two files.
 
 Revisit detection keeps one entry per distinct payload in a temporary
 kvstore (its 16-byte key in memory, the original's record id, date and URI
@@ -49,6 +59,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from io import BytesIO
@@ -65,13 +76,13 @@ from ..exceptions import ConfigError
 from ..net.fetch import DEFAULT_ACCEPT
 from ..state.pages import NOFOLLOW, PageRecord
 from ..web.urls import url_key
+from ._outfile import create, discard, drop, naming, publish
 from .linkgraph import Resolver
 from .listing import DEFAULT_MAX_TEXT_CHARS, CrawlReader, iso_time, visible_text
 from .rankstore import Rank, RankStore
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PROGRESS_INTERVAL = 10.0  # seconds between progress lines
 WARC_VERSION = "WARC/1.1"  # 1.1: WARC-Date with microseconds
 SENT_ACCEPT_ENCODING = "gzip, deflate"  # what net.fetch.Fetcher asks for on every request
 _RESPONSE_ONLY = ("content-encoding", "transfer-encoding", "content-length")
@@ -85,10 +96,16 @@ class ExportStats:
     failures: int = 0  # pages with no HTTP answer (status 0)
     warc_files: list[str] = field(default_factory=list)
     warc_bytes: int = 0
+    jsonl_file: str | None = None  # None: no JSONL, or JSONL to a stream
     jsonl_lines: int = 0
     jsonl_bytes: int = 0
     skipped: int = 0  # damaged records skipped
     seconds: float = 0.0
+
+    @property
+    def files(self) -> list[str]:
+        """Every file written, in order: the WARC file(s), then the JSONL file."""
+        return self.warc_files + ([self.jsonl_file] if self.jsonl_file else [])
 
     def summary(self) -> str:
         out = (f"exported {self.pages} pages ({self.failures} with no HTTP answer) "
@@ -229,37 +246,46 @@ class WarcSink:
                      "conformsTo": "http://iipc.github.io/warc-specifications/specifications/"
                                    "warc-format/warc-1.1/",
                      "http-header-user-agent": user_agent, **(info or {})}
-        self.files: list[str] = []
+        self.files: list[str] = []  # completed files, in order
         self.bytes = self.records = self.revisits = 0
-        self._tmp = tempfile.TemporaryDirectory(prefix="kvcrawl-export-") if revisits else None
-        self._seen = kvstore.open(os.path.join(self._tmp.name, "digests")) if self._tmp else None
+        self._file_records = 0  # records before the current file
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._seen: kvstore.Store | None = None
         self._out: IO[bytes] | None = None
         self._name = ""
         self._writer = WARCWriter(None, gzip=self.path.endswith(".gz"), warc_version=WARC_VERSION)
         self._info_id = ""
         try:
-            self._next_file()
+            self._next_file()  # first: a path that cannot be written fails before the rest
+            if revisits:
+                self._tmp = tempfile.TemporaryDirectory(prefix="kvcrawl-export-")
+                self._seen = kvstore.open(os.path.join(self._tmp.name, "digests"))
         except BaseException:
-            self.close(complete=False)  # the digest store and its directory
+            self.close(complete=False)
             raise
 
     def _next_file(self) -> None:
         self._finish_file()
         self._name = self.path if self.max_size is None else split_name(self.path, len(self.files))
-        self._out = open(self._name + ".part", "wb")  # noqa: SIM115 - closed in _finish_file
+        self._out = create(self._name, "wb")
         self._writer.out = self._out
         info = self._writer.create_warcinfo_record(os.path.basename(self._name), self.info)
         self._info_id = info.rec_headers.get_header("WARC-Record-ID")
-        self._writer.write_record(info)
+        with naming(self._name):
+            self._writer.write_record(info)
         self.records += 1
 
     def _finish_file(self) -> None:
-        if self._out is not None:
-            self.bytes += self._out.tell()
-            self._out.close()
-            self._out = None
-            os.replace(self._name + ".part", self._name)
-            self.files.append(self._name)
+        if self._out is None:
+            return
+        out, self._out = self._out, None
+        size = out.tell()
+        publish(out, self._name)
+        self.bytes += size
+        self.files.append(self._name)
+        log.info("export: wrote %s (%s records, %s bytes)", self._name,
+                 f"{self.records - self._file_records:,}", f"{size:,}")
+        self._file_records = self.records
 
     def write(self, page: PageRecord) -> int:
         """Write one page's records; returns how many were written."""
@@ -273,9 +299,10 @@ class WarcSink:
             if self.skip_failures:
                 return 0
             block = failure_fields(page)
-            w.write_record(w.create_warc_record(
-                page.url, "metadata", payload=BytesIO(block), length=len(block),
-                warc_content_type="application/warc-fields", warc_headers_dict=base))
+            with naming(self._name):
+                w.write_record(w.create_warc_record(
+                    page.url, "metadata", payload=BytesIO(block), length=len(block),
+                    warc_content_type="application/warc-fields", warc_headers_dict=base))
             self.records += 1
             return 1
         if page.ip:
@@ -303,23 +330,32 @@ class WarcSink:
         req = w.create_warc_record(page.url, "request",
                                    http_headers=request_headers(page.url, self.user_agent),
                                    warc_headers_dict=dict(base))
-        w.write_request_response_pair(req, resp)
+        with naming(self._name):
+            w.write_request_response_pair(req, resp)
         self.records += 2
         return 2
 
     def close(self, *, complete: bool = True) -> None:
-        """Finish (rename) the current file, or remove it when ``complete`` is False."""
-        if self._out is not None and not complete:
-            self._out.close()
-            self._out = None
-            os.unlink(self._name + ".part")
-        self._finish_file()
-        if self._seen is not None:
-            self._seen.close()
-            self._seen = None
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        """Finish (rename) the current file; with ``complete`` False, or when that
+        fails, remove every file this sink wrote instead. Idempotent."""
+        try:
+            if complete:
+                self._finish_file()
+        except BaseException:
+            complete = False
+            raise
+        finally:
+            if not complete:
+                if self._out is not None:
+                    drop(self._out, self._name)
+                    self._out = None
+                discard(self.files)
+            if self._seen is not None:
+                self._seen.abandon()  # a scratch store: no fsync, no saved index
+                self._seen = None
+            if self._tmp is not None:
+                self._tmp.cleanup()
+                self._tmp = None
 
 
 class JsonlSink:
@@ -332,11 +368,16 @@ class JsonlSink:
         self.resolver = resolver  # outlink keys -> URLs (graph_fields)
         self.ranks = ranks  # rank_fields; closed with the sink
         self.lines = self.bytes = 0
-        self._path: str | None = None
+        self.path: str | None = None  # the file, once it is complete
+        self._name: str | None = None
+        self._out: IO[str] | None = None
         if isinstance(target, str | os.PathLike):
-            self._path = os.fspath(target)
-            self._out: IO[str] | None = open(  # noqa: SIM115 - closed in close()
-                self._path + ".part", "w", encoding="utf-8", newline="\n")
+            self._name = os.fspath(target)
+            try:
+                self._out = create(self._name, "w")
+            except BaseException:
+                self.close(complete=False)
+                raise
         else:
             self._out = target
 
@@ -347,25 +388,40 @@ class JsonlSink:
         obj.update(graph_fields(page, self.resolver))
         obj.update(rank_fields(self.ranks.get(url_key(page.url)) if self.ranks else None))
         line = json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
-        self._out.write(line)
+        if self._name is None:
+            self._out.write(line)  # a stream: its errors (a closed pipe) as they are
+        else:
+            with naming(self._name):
+                self._out.write(line)
         self.lines += 1
         self.bytes += len(line.encode("utf-8"))
 
     def close(self, *, complete: bool = True) -> None:
+        """Finish (rename) the file; with ``complete`` False, or when that fails, remove
+        it, even once complete. A stream is flushed, never closed. Idempotent."""
         if self.ranks is not None:
             self.ranks.close()
             self.ranks = None
-        if self._out is None:
-            return
         out, self._out = self._out, None
-        if self._path is None:
-            out.flush()  # a stream we were given: the caller owns it
+        if self._name is None:  # a stream we were given: the caller owns it
+            if out is not None:
+                out.flush()
+                if complete:
+                    log.info("export: wrote %s JSON lines (%s bytes) to the output stream",
+                             f"{self.lines:,}", f"{self.bytes:,}")
             return
-        out.close()
-        if complete:
-            os.replace(self._path + ".part", self._path)
-        else:
-            os.unlink(self._path + ".part")
+        if not complete:
+            if out is not None:
+                drop(out, self._name)
+            if self.path is not None:
+                discard([self.path])
+                self.path = None
+            return
+        if out is not None:
+            publish(out, self._name)
+            self.path = self._name
+            log.info("export: wrote %s (%s lines, %s bytes)", self._name, f"{self.lines:,}",
+                     f"{self.bytes:,}")
 
 
 # -- the pass -----------------------------------------------------------------------------------
@@ -376,13 +432,15 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
            text: bool = False, text_limit: int = DEFAULT_MAX_TEXT_CHARS,
            user_agent: str = DEFAULT_USER_AGENT, revisits: bool = True,
            skip_failures: bool = False, strict: bool = False,
-           progress_interval: float = DEFAULT_PROGRESS_INTERVAL) -> ExportStats:
+           progress: Callable[[int, int], None] | None = None) -> ExportStats:
     """Export the crawl in ``data_dir`` to ``warc`` and/or ``jsonl`` in one pass.
 
     ``user_agent`` goes into the rebuilt request records (the crawl does not
     record the one it used). ``strict``: a damaged record raises DataDirError
-    instead of being skipped with a warning. Raises DataDirError, ConfigError
-    or OSError (an output that cannot be written).
+    instead of being skipped with a warning. ``progress(done, total)`` is called
+    after every record read (and once at the end). All or nothing: on any error
+    every file written is removed. Raises DataDirError, ConfigError or OSError
+    (an output that cannot be written; ``filename`` names it).
     """
     if warc is None and jsonl is None:
         raise ConfigError("nothing to export: give a WARC and/or a JSONL output")
@@ -391,8 +449,8 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
     with CrawlReader(data_dir, strict=strict) as reader:
         total = len(reader)
         name = os.path.basename(os.path.abspath(reader.data_dir))
-        wsink = jsink = None
-        complete = False
+        wsink: WarcSink | None = None
+        jsink: JsonlSink | None = None
         try:
             if warc is not None:
                 wsink = WarcSink(warc, user_agent=user_agent, max_size=max_size,
@@ -404,7 +462,6 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
                 ranks = RankStore.open(reader.data_dir)
                 jsink = JsonlSink(jsonl, text=text, text_limit=text_limit, ranks=ranks,
                                   resolver=Resolver(reader, table=ranks.url if ranks else None))
-            last = started
             for page in reader.pages():
                 stats.pages += 1
                 stats.failures += page.status <= 0
@@ -412,22 +469,24 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
                     wsink.write(page)
                 if jsink is not None:
                     jsink.write(page)
-                now = time.monotonic()
-                if now - last >= progress_interval:
-                    last = now
-                    log.info("export: %d of %d pages (%.0f%%), %.0f pages/s", stats.pages, total,
-                             100.0 * stats.pages / max(total, 1),
-                             stats.pages / max(now - started, 1e-9))
-            complete = True
-        finally:
+                if progress is not None:
+                    progress(stats.pages + reader.skipped, total)
+            if progress is not None:  # damaged records at the end are read too
+                progress(stats.pages + reader.skipped, total)
             for sink in (wsink, jsink):
                 if sink is not None:
-                    sink.close(complete=complete)
+                    sink.close()
+        except BaseException:
+            for sink in (wsink, jsink):
+                if sink is not None:
+                    sink.close(complete=False)
+            raise
         stats.skipped = reader.skipped
     if wsink is not None:
         stats.records, stats.revisits = wsink.records, wsink.revisits
-        stats.warc_files, stats.warc_bytes = wsink.files, wsink.bytes
+        stats.warc_files, stats.warc_bytes = list(wsink.files), wsink.bytes
     if jsink is not None:
+        stats.jsonl_file = jsink.path
         stats.jsonl_lines, stats.jsonl_bytes = jsink.lines, jsink.bytes
     stats.seconds = time.monotonic() - started
     log.info("%s", stats.summary())

@@ -43,6 +43,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -355,22 +356,31 @@ def _top_ranked(graph: Graph, limit: int, max_rank: float) -> list[dict[str, Any
 def compute(data_dir: str, *, limit: int = DEFAULT_LIMIT, referrers: int = DEFAULT_REFERRERS,
             rank: bool = True, work_dir: str | None = None, damping: float = DEFAULT_DAMPING,
             tol: float = DEFAULT_TOL, max_iter: int = DEFAULT_MAX_ITER,
-            block: int = DEFAULT_BLOCK_NODES, chunk: int = DEFAULT_CHUNK) -> dict[str, Any]:
+            block: int = DEFAULT_BLOCK_NODES, chunk: int = DEFAULT_CHUNK,
+            progress: Callable[[int, int], None] | None = None,
+            rank_progress: Callable[[int, float], None] | None = None) -> dict[str, Any]:
     """The report of the crawl in ``data_dir`` as plain data (what ``--format json``
-    prints and the HTML shows). Read-only: works beside a running crawl."""
+    prints and the HTML shows). Read-only: works beside a running crawl.
+    ``progress(done, total)``: records read so far by the pass, damaged ones included;
+    ``rank_progress(iteration, delta)``: PageRank's."""
     started = time.monotonic()
     work = tempfile.mkdtemp(prefix="kvcrawl-report-", dir=work_dir)
     try:
         with CrawlReader(data_dir) as reader:
-            scan = _Scan(work, len(reader), limit, block, chunk)
-            for page in reader.pages():
+            total = len(reader)
+            scan = _Scan(work, total, limit, block, chunk)
+            for n, page in enumerate(reader.pages(), 1):
                 scan.add(page)
+                if progress is not None:
+                    progress(n + reader.skipped, total)
+            if progress is not None:  # damaged records at the end are read too
+                progress(reader.skipped + sum(scan.by_key.values()), total)
             scan.flush()
             graph = scan.builder.finish()
             ranked: dict[str, Any] = {"computed": False}
             if rank:
                 result = pagerank(graph, damping=damping, tol=tol, max_iter=max_iter,
-                                  chunk=chunk)
+                                  chunk=chunk, progress=rank_progress)
                 ranked = {"computed": True, "iterations": result.iterations,
                           "delta": result.delta, "converged": result.converged,
                           "damping": damping, "max_rank": result.max_rank,

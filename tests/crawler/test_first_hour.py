@@ -24,6 +24,7 @@ from crawl_helpers import (
     start_cli,
     wait_for_answers,
 )
+from warcio.archiveiterator import ArchiveIterator
 
 import kvstore
 from crawler import config as cfgmod
@@ -76,6 +77,15 @@ def test_a_resume_with_no_options_runs_with_the_saved_settings(
 
     saved = load_settings(str(data))
     assert saved is not None and saved["user_agent"] == "BadBot/1.0" and saved["broad"] is True
+    warc = tmp_path / "c.warc.gz"  # the export writes the User-Agent the crawl sent
+    ok(run([*CRAWLER, "export", str(data), "--warc", str(warc), "--quiet"]))
+    with warc.open("rb") as f:
+        agents = {
+            r.http_headers.get_header("User-Agent")
+            for r in ArchiveIterator(f)
+            if r.rec_type == "request"
+        }
+    assert agents == {"BadBot/1.0"}
     changed = ok(run([*CRAWLER, "start", "--data", str(data), "--delay", "0.5", "--no-broad"]))
     assert "setting changed: --delay 0.0 -> 0.5 (saved)" in changed.stderr
     assert "setting changed: --broad True -> False (saved)" in changed.stderr

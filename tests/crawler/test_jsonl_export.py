@@ -11,7 +11,8 @@ from typing import Any
 
 import lxml.html
 import pytest
-from crawl_helpers import run_crawl
+from crawl_helpers import records, run_crawl
+from test_progress import assert_complete, export_cli, listed_files, progress_lines, wrote_lines
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler.cli import main
@@ -120,6 +121,53 @@ def test_warc_and_jsonl_in_one_pass(crawl: tuple[TestWeb, Path], tmp_path: Path)
     assert set(seen) == set(objs)
     for url, kind in seen.items():
         assert (kind == "metadata") == (objs[url]["status"] == 0)
+
+
+def test_the_jsonl_file_is_named_with_its_lines_and_bytes(
+    crawl: tuple[TestWeb, Path], tmp_path: Path
+) -> None:
+    warc, jsonl = tmp_path / "c.warc.gz", tmp_path / "c.jsonl"
+    done = export_cli(str(crawl[1]), "--warc", str(warc), "--jsonl", str(jsonl),
+                      "--progress-interval", "0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert listed_files(done.stdout) == [str(warc), str(jsonl)]
+    n = len(records(crawl[1]))
+    lines = jsonl.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == n
+    assert wrote_lines(done.stderr)[-1] == (str(jsonl), n, jsonl.stat().st_size)
+    assert_complete(progress_lines(done.stderr), n)
+
+
+def test_jsonl_on_stdout_keeps_stdout_pure(crawl: tuple[TestWeb, Path], tmp_path: Path) -> None:
+    """With --jsonl -, stdout carries only the JSON lines: the list of files written
+    goes to stderr with the log."""
+    warc = tmp_path / "s.warc.gz"
+    done = export_cli(str(crawl[1]), "--jsonl", "-", "--warc", str(warc))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(read_jsonl(done.stdout)) == len(records(crawl[1]))  # every line is JSON
+    assert done.stderr.strip().splitlines()[-1].endswith(f" wrote {warc}")
+    assert "JSON lines" in done.stderr and "to the output stream" in done.stderr
+
+
+def test_a_jsonl_that_cannot_be_written_leaves_no_warc_either(
+    crawl: tuple[TestWeb, Path], tmp_path: Path
+) -> None:
+    missing = tmp_path / "missing" / "c.jsonl"
+    done = export_cli(str(crawl[1]), "--warc", str(tmp_path / "c.warc.gz"), "--jsonl",
+                      str(missing))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (f"crawler: error: cannot write the export: {missing}: the directory "
+                           f"{missing.parent} does not exist: create it first\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_same_file_for_both_outputs_is_a_usage_error(
+    crawl: tuple[TestWeb, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = str(tmp_path / "both")
+    assert main(["export", str(crawl[1]), "--warc", out, "--jsonl", out]) == 2
+    assert "--warc and --jsonl name the same file" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def _page(body: bytes, content_type: str = "text/html") -> PageRecord:

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
+import resource
 import signal
 import socket
 import subprocess
@@ -18,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from crawl_helpers import cli_args, records, run_crawl, start_cli
+from crawl_helpers import cli_args, read_lines, records, run_crawl, start_cli, wait_for
+from test_progress import assert_complete, export_cli, listed_files, progress_lines, wrote_lines
 from warcio.archiveiterator import ArchiveIterator
 
 import kvstore
@@ -250,20 +253,173 @@ def test_split_by_size_gives_whole_files_with_whole_pairs(
     assert Counter((r.type, r.headers["WARC-Target-URI"]) for r in merged) == key
 
 
-def test_progress_lines_and_summary(
-    crawl: tuple[TestWeb, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_every_file_is_named_and_progress_reaches_every_record(
+    crawl: tuple[TestWeb, Path], exported: Path, tmp_path: Path
 ) -> None:
-    caplog.set_level(logging.INFO, logger="crawler.read.export")
-    out = tmp_path / "p.warc"
-    assert main(["export", str(crawl[1]), "--warc", str(out), "--progress-interval", "0"]) == 0
+    """The CLI as a user runs it: each file is logged when finished with its records and
+    bytes, the last stdout line lists exactly the files on disk, warcio reads each, and
+    the progress lines count every record, in order, up to 100%."""
     n = len(records(crawl[1]))
-    messages = [r.getMessage() for r in caplog.records if r.name == "crawler.read.export"]
-    assert sum(m.startswith("export: ") for m in messages) == n
-    assert f"export: {n} of {n} pages (100%)" in messages[-2]
-    summary = messages[-1]
-    assert summary.startswith(f"exported {n} pages")
-    assert f"{out.stat().st_size} bytes in 1 file(s)" in summary
+    done = export_cli(str(crawl[1]), "--warc", str(tmp_path / "part.warc.gz"), "--max-size",
+                      "64K", "--progress-interval", "0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    on_disk = sorted(str(p) for p in tmp_path.iterdir())
+    assert len(on_disk) >= 3
+    assert listed_files(done.stdout) == on_disk == [
+        str(tmp_path / f"part-{i:05d}.warc.gz") for i in range(len(on_disk))]
+    wrote = wrote_lines(done.stderr)
+    assert [path for path, _, _ in wrote] == on_disk  # each named once, in order
+    warcio_check(*map(Path, on_disk))
+    for path, count, size in wrote:
+        assert count == len(read_warc(Path(path))) and size == Path(path).stat().st_size
+    total = sum(count for _, count, _ in wrote)
+    assert total == len(read_warc(exported)) - 1 + len(wrote)  # a warcinfo per file
+    summary = done.stderr.strip().splitlines()[-1]
+    assert f"WARC: {total} records" in summary and f"in {len(wrote)} file(s)" in summary
+    lines = progress_lines(done.stderr)
+    assert_complete(lines, n)
+    assert [d for _, d, _, _ in lines] == list(range(1, n + 1))  # interval 0: every record
+    text = done.stderr
+    assert text.index("export: 100%") < text.index(f"export: wrote {on_disk[-1]}")
+
+
+@pytest.mark.parametrize("max_size", [None, "1G"])
+def test_output_names_depend_on_the_options_only(
+    crawl: tuple[TestWeb, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    max_size: str | None,
+) -> None:
+    """Without --max-size the WARC has exactly the name given; with it the files are
+    numbered even when one file results (so a script knows the names in advance)."""
+    out = tmp_path / "crawl1.warc.gz"
+    split = ["--max-size", max_size] if max_size else []
+    assert main(["export", str(crawl[1]), "--warc", str(out), *split, "--quiet"]) == 0
+    want = tmp_path / ("crawl1-00000.warc.gz" if max_size else "crawl1.warc.gz")
+    assert capsys.readouterr().out == f"wrote {want}\n"
+    assert sorted(tmp_path.iterdir()) == [want]
+    warcio_check(want)
+
+
+def test_names_with_spaces_are_listed_so_a_shell_reads_them_back(
+    crawl: tuple[TestWeb, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "my crawl.warc"
+    assert main(["export", str(crawl[1]), "--warc", str(out), "--quiet"]) == 0
+    assert listed_files(capsys.readouterr().out) == [str(out)]
     assert read_warc(out)[0].type == "warcinfo"  # plain WARC: the name has no .gz
+
+
+def _unwritable(tmp_path: Path) -> list[tuple[str, str]]:
+    """(output path, the end of the one-line error) for outputs a user may give."""
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "a-dir.warc.gz").mkdir()
+    return [
+        (str(tmp_path / "missing" / "x.warc.gz"),
+         f"the directory {tmp_path / 'missing'} does not exist: create it first"),
+        (str(tmp_path / "a-file" / "x.warc.gz"), f"{tmp_path / 'a-file'} is a file, not a "
+                                                 "directory"),
+        (str(tmp_path / "a-dir.warc.gz"), "is a directory: give a file name"),
+        # sysfs refuses new files even to root (a chmod'ed directory does not stop root)
+        ("/sys/kvcrawl-test.warc.gz", "permission denied: write somewhere you may"),
+    ]
+
+
+def test_an_output_that_cannot_be_written_is_one_line_and_leaves_nothing(
+    crawl: tuple[TestWeb, Path], tmp_path: Path
+) -> None:
+    cases = _unwritable(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    for path, hint in cases:
+        for split in ([], ["--max-size", "64K"]):
+            done = export_cli(str(crawl[1]), "--warc", path, *split)
+            shown = path if not split or path.endswith("dir.warc.gz") else path.replace(
+                ".warc.gz", "-00000.warc.gz")
+            if split and path.endswith("dir.warc.gz"):  # the numbered name is free
+                assert done.returncode == 0, done.stderr
+                for f in listed_files(done.stdout):
+                    os.unlink(f)
+                continue
+            assert done.returncode == 1, (path, done.stderr)
+            assert done.stderr == f"crawler: error: cannot write the export: {shown}: {hint}\n"
+            assert done.stdout == ""
+    assert sorted(tmp_path.rglob("*")) == before  # no .part, no file
+
+
+def _store_with_a_big_page(data: Path, *, small: int = 20, after: int = 6) -> None:
+    """Pages of 8 KiB and one of 1 MiB that the pass meets after ``after`` small ones
+    (store order is the index's, so the big key is picked until it lands there)."""
+    data.mkdir()
+    with kvstore.open(data / "main") as db:
+        for i in range(small):
+            url = f"http://a.test/{i}.html"
+            db[url_key(url)] = encode_page(PageRecord(
+                url, 200, 1.7e9, 0, content_type="text/html",
+                body=random.Random(i).randbytes(8 << 10)))
+        for j in range(200):
+            url = f"http://a.test/big{j}.html"
+            key = url_key(url)
+            db[key] = encode_page(PageRecord(url, 200, 1.7e9, 0, content_type="text/html",
+                                             body=random.Random(-1).randbytes(1 << 20)))
+            if list(db).index(key) >= after:
+                return
+            del db[key]
+    raise AssertionError("no key landed late enough")
+
+
+def test_a_failure_midway_removes_every_file_already_written(tmp_path: Path) -> None:
+    """A file size limit plays the full disk: the export stops partway, after several
+    split files were finished; it exits 1 with one line, and removes them all."""
+    limit = 512 << 10  # the 1 MiB page cannot fit
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    data = tmp_path / "crawl"
+    _store_with_a_big_page(data)
+    out = tmp_path / "out" / "p.warc"
+    out.parent.mkdir()
+    args = [sys.executable, "-m", "crawler", "export", str(data), "--warc", str(out),
+            "--max-size", "16K"]
+    proc = start_cli(args, preexec_fn=small_files)
+    stdout, stderr = (b.decode() for b in proc.communicate(timeout=120))
+    assert proc.returncode == 1, stderr[-3000:]
+    wrote = [path for path, _, _ in wrote_lines(stderr)]
+    assert len(wrote) >= 2, stderr[-3000:]  # the failure came after finished files
+    error = stderr.strip().splitlines()[-1]
+    assert error == (f"crawler: error: cannot write the export: {wrote[-1][:-10]}"
+                     f"{len(wrote):05d}.warc: file too large for this file system or the "
+                     "file size limit (ulimit -f)"), stderr[-3000:]
+    assert "Traceback" not in stderr and stdout == ""
+    for path in wrote:
+        assert f"export: removed {path}: the export did not complete" in stderr
+    assert list(out.parent.iterdir()) == []
+
+
+def test_interrupted_export_exits_130_and_leaves_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "big"
+    data.mkdir()
+    with kvstore.open(data / "main") as db:  # incompressible: gzip takes its time
+        for i in range(64):
+            url = f"http://a.test/{i}.html"
+            db[url_key(url)] = encode_page(PageRecord(
+                url, 200, 1.7e9, 0, content_type="text/html",
+                body=random.Random(i).randbytes(512 << 10)))
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = start_cli([sys.executable, "-m", "crawler", "export", str(data), "--warc",
+                      str(out / "i.warc.gz"), "--max-size", "1M", "--progress-interval", "0"])
+    lines = read_lines(proc.stderr)
+    wait_for(lambda: any("export: wrote" in ln for ln in lines), proc, "a finished file")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130, "".join(lines)[-3000:]
+    assert proc.stdout is not None and proc.stdout.read() == b""
+    proc.stdout.close()
+    text = "".join(lines)
+    assert "Traceback" not in text
+    assert text.strip().splitlines()[-1] == (
+        "crawler: export interrupted: the files it wrote were removed")
+    assert list(out.iterdir()) == []
 
 
 def test_export_while_the_crawl_is_running_is_a_consistent_snapshot(
@@ -338,6 +494,8 @@ def test_damaged_records_are_skipped_with_a_warning_or_stop_a_strict_export(
     assert any(url_key(rotten).hex() in w and "CRC" in w for w in warnings)
     assert any(url_key("http://a.test/garbage").hex() in w for w in warnings)
     assert "2 damaged record(s) skipped" in caplog.records[-1].getMessage()
+    progress = progress_lines("\n".join(r.getMessage() for r in caplog.records))
+    assert progress == [(100, 6, 6, True)]  # the damaged records count as read
     warcio_check(out)
     uris = {r.headers.get("WARC-Target-URI") for r in read_warc(out)[1:]}
     assert uris == set(good)
@@ -348,6 +506,37 @@ def test_damaged_records_are_skipped_with_a_warning_or_stop_a_strict_export(
     err = capsys.readouterr().err
     assert err.startswith("crawler: error: ") and "is damaged" in err
     assert not strict.exists() and not list(tmp_path.glob("s.warc.gz*"))
+
+
+def test_a_strict_stop_removes_the_split_files_finished_before_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "late-damage"
+    data.mkdir()
+    with kvstore.open(data / "main") as db:
+        for i in range(20):
+            url = f"http://a.test/{i}"
+            db[url_key(url)] = encode_page(PageRecord(url, 200, 1.7e9, 0, body=b"<p>x"))
+        for j in range(100):  # a bad record that the pass meets after three good ones
+            bad = url_key(f"http://a.test/garbage{j}")
+            db[bad] = b"not a page record"
+            if list(db).index(bad) >= 3:
+                break
+            del db[bad]
+    out = tmp_path / "out"
+    out.mkdir()
+    caplog.set_level(logging.INFO)
+    argv = ["export", str(data), "--warc", str(out / "s.warc.gz"), "--max-size", "1",
+            "--jsonl", str(out / "s.jsonl"), "--strict"]
+    assert main(argv) == 1
+    assert "is damaged" in capsys.readouterr().err
+    messages = [r.getMessage() for r in caplog.records]
+    finished = [m for m in messages if m.startswith("export: wrote ")]
+    assert len(finished) >= 2  # whole files; the next one was being written
+    for i in range(len(finished)):
+        assert (f"export: removed {out / f's-{i:05d}.warc.gz'}: the export did not complete"
+                in messages)
+    assert list(out.iterdir()) == []
 
 
 def test_memory_stays_flat_whatever_the_crawl_size(tmp_path: Path) -> None:
