@@ -254,23 +254,37 @@ class Engine:
         self.robots_fetcher.close()
 
     def _feed(self) -> bool:
-        """Claim bulks while the scheduler has room; True if anything was claimed."""
+        """Claim bulks while the scheduler has room; True if any URL was taken on.
+
+        A URL whose host's wait list is full goes back to its bulk (Frontier.release:
+        nothing written); two bulks in a row of which nothing was taken end the round,
+        so a crawl held up by a few busy hosts does not spin on their bulks."""
         fed = False
+        refused_bulks = 0
         for _ in range(_FEED_BULKS):  # bounded, so the status line is not starved
             if not self.scheduler.has_room() or self._limit_reached.is_set():
                 break
             claimed = self.frontier.claim()
             if claimed is None:
                 break
-            fed = True
+            taken = not claimed  # a claim with nothing left to do ends its bulk: progress
             for c in claimed:
                 try:
                     u = parse(c.entry.url)  # the only split of this URL's string
                 except URLError:
                     self._submit(c, self._record(c, 0, "bad_url"))
+                    taken = True
                     continue
-                if not self.scheduler.offer(u.host, _Task(c, u)):
-                    self.frontier.submit(Outcome(c, None, requeue=c.entry))
+                if self.scheduler.offer(u.host, _Task(c, u)):
+                    taken = True
+                else:
+                    self.frontier.release(c)
+            if taken:
+                fed, refused_bulks = True, 0
+            else:
+                refused_bulks += 1
+                if refused_bulks >= 2:
+                    break
         return fed
 
     def _commit_loop(self) -> None:

@@ -49,6 +49,7 @@ then does the sender delete its copy (docs/SHARDS.md).
 
 from __future__ import annotations
 
+import collections
 import errno
 import itertools
 import logging
@@ -72,6 +73,8 @@ from .shards import Router
 log = logging.getLogger(__name__)
 
 DEFAULT_BULK_SIZE = 25
+# Seconds a bulk whose URLs were handed back (release) waits before it is claimed again.
+RELEASE_COOLDOWN = 0.5
 # Keys recently seen by admission, in two generations of up to this many each.
 # Links repeat (navigation, popular pages): most offers stop here, for the price of
 # a Python set probe instead of three store lookups (~3 us each in small batches).
@@ -162,6 +165,8 @@ class Frontier:
         self._unclaimed = kvstore.KeySet()
         self._claimed: dict[bytes, int] = {}  # bulk key -> URLs not yet committed
         self._finished: list[bytes] = []  # bulks to tombstone at the next commit
+        self._released: set[bytes] = set()  # claimed bulks with URLs handed back (release)
+        self._cooling: collections.deque[tuple[float, bytes]] = collections.deque()
         self._lock = threading.Lock()  # claim bookkeeping
         self._qlock = threading.Lock()
         self._qroom = threading.Condition(self._qlock)  # submitters wait here for room
@@ -205,6 +210,9 @@ class Frontier:
     def claim(self) -> list[Claimed] | None:
         """Claim a random unclaimed bulk; None when there is none right now."""
         with self._lock:
+            now = time.monotonic()
+            while self._cooling and self._cooling[0][0] <= now:
+                self._unclaimed.add(self._cooling.popleft()[1])
             try:
                 bk = self._unclaimed.random_key()
             except KeyError:
@@ -224,6 +232,29 @@ class Frontier:
             else:
                 self._finished.append(bk)
             return out
+
+    def release(self, claimed: Claimed) -> None:
+        """Hand back a claimed URL that was not worked on (its host's wait list was
+        full). Nothing is written: the URL is still in its live bulk, which becomes
+        claimable again RELEASE_COOLDOWN seconds after the last of its claimed URLs
+        is committed or released. (Requeued instead, a busy host's URLs would be
+        rewritten into new bulks again and again: PendDB growing with nothing done.)"""
+        with self._lock:
+            self.processing.discard(claimed.key)
+            self.pend_set.add(claimed.key)
+            bk = claimed.bulk
+            self._released.add(bk)
+            left = self._claimed[bk] - 1
+            if left:
+                self._claimed[bk] = left
+            else:
+                del self._claimed[bk]
+                self._cool(bk)
+
+    def _cool(self, bk: bytes) -> None:
+        """A bulk with released URLs, no longer claimed: claimable again soon. (_lock held.)"""
+        self._released.discard(bk)
+        self._cooling.append((time.monotonic() + RELEASE_COOLDOWN, bk))
 
     def receive(self, entries: list[Pending]) -> threading.Event:
         """Admit links another shard found for this one's hosts, at the next commit
@@ -309,7 +340,10 @@ class Frontier:
                     self._claimed[o.claimed.bulk] = left
                 else:
                     del self._claimed[o.claimed.bulk]
-                    finished.append(o.claimed.bulk)
+                    if o.claimed.bulk in self._released:  # some of its URLs are still to do
+                        self._cool(o.claimed.bulk)
+                    else:
+                        finished.append(o.claimed.bulk)
         for bk in finished:
             del self.pend[bk]
         if finished:
@@ -430,7 +464,11 @@ class Frontier:
             queued = bool(self._queue or self._seeds or self._received)
         with self._lock:
             return (
-                not queued and not self._claimed and not self._finished and not len(self._unclaimed)
+                not queued
+                and not self._claimed
+                and not self._finished
+                and not self._cooling
+                and not len(self._unclaimed)
             )
 
     def counts(self) -> dict[str, int]:

@@ -204,10 +204,11 @@ def test_commits_go_on_while_the_periodic_fsync_waits_for_the_disk(
 ) -> None:
     """The fsync every sync_interval must not stall the committer: pages answered
     meanwhile would sit unwritten, and a kill -9 would refetch them all."""
-    f = Frontier(str(tmp_path), bulk_size=4, sync_interval=0.0)
+    f = Frontier(str(tmp_path), bulk_size=4, sync_interval=3600.0)
     f.add_seeds([Pending(u(i)) for i in range(4)])
     f.commit()
     claimed = claim_all(f)
+    f.sync_interval = 0.0  # the first periodic fsync is the blocking one
     entered, release = _blocking_fsync(monkeypatch)
     try:
         f.submit(Outcome(claimed[0], page(claimed[0])))
@@ -231,10 +232,11 @@ def test_commits_go_on_while_the_periodic_fsync_waits_for_the_disk(
 def test_a_failed_periodic_fsync_fails_the_next_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    f = Frontier(str(tmp_path), bulk_size=2, sync_interval=0.0)
+    f = Frontier(str(tmp_path), bulk_size=2, sync_interval=3600.0)
     f.add_seeds([Pending(u(0)), Pending(u(1))])
     f.commit()
     claimed = claim_all(f)
+    f.sync_interval = 0.0  # from now on: no fsync ran before the broken one is in place
 
     def broken(fd: int) -> None:
         raise OSError(errno.EIO, "Input/output error")
@@ -271,3 +273,33 @@ def test_pending_counts_only_urls_not_done_after_a_restart(tmp_path: Path) -> No
     g.commit()
     assert g.idle() and g.counts() == {**g.counts(), "pending": 0, "in_flight": 0, "done": 3}
     g.close()
+
+
+def test_a_released_url_stays_in_its_bulk_and_is_claimed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """release() writes nothing: the bulk stays live (a kill loses nothing), is not
+    claimable while cooling, then gives back only the URLs still to do."""
+    import crawler.state.frontier as frontier_mod
+
+    monkeypatch.setattr(frontier_mod, "RELEASE_COOLDOWN", 0.0)
+    f = Frontier(str(tmp_path), bulk_size=3)
+    f.add_seeds([Pending(u(i)) for i in range(3)])
+    f.commit()
+    claimed = claim_all(f)
+    val = next((tmp_path / "pend").glob("data-*.val"))
+    val_size = val.stat().st_size
+    f.release(claimed[1])
+    assert f.counts()["pending"] == 1 and f.counts()["in_flight"] == 2
+    for c in (claimed[0], claimed[2]):
+        f.submit(Outcome(c, page(c)))
+    f.commit()
+    assert not f.idle() and len(f.pend) == 1  # live, not tombstoned
+    again = claim_all(f)
+    assert [c.entry.url for c in again] == [claimed[1].entry.url]
+    f.submit(Outcome(again[0], page(again[0])))
+    f.commit()
+    f.commit()  # the tombstone of the finished bulk
+    assert f.idle() and len(f.pend) == 0 and len(f.main) == 3
+    f.close()
+    assert val.stat().st_size == val_size  # no bulk was written for the release
