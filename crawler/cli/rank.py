@@ -6,9 +6,7 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,27 +98,20 @@ def cmd_rank(args: argparse.Namespace) -> int:
     log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
     if args.work is not None and not os.path.isdir(args.work):
         raise CrawlerError(f"--work {args.work}: no such directory: create it first")
-    work = None
     try:
         with CrawlReader(args.data) as reader, \
                 Progress(quiet=args.quiet, interval=args.progress_interval) as progress:
-            # rank_crawl builds in work_dir itself, then moves or removes it: give it a new
-            # directory, never the user's (--work /tmp must not empty /tmp).
-            work = tempfile.mkdtemp(prefix="kvcrawl-rank-", dir=args.work) if args.work else None
             iterations = Convergence(progress.phase("pagerank", "iterations", estimated=True),
                                      tol=args.tol, max_iter=args.max_iter)
             result = rank_crawl(_Counted(reader, progress.phase("rank")), damping=args.damping,
                                 tol=args.tol, max_iter=args.max_iter, block=args.block_nodes,
-                                chunk=args.chunk, work_dir=work, progress=iterations)
+                                chunk=args.chunk, work_dir=args.work, progress=iterations)
     except OSError as exc:
         raise CrawlerError(write_error("cannot store the ranks", exc)) from exc
     except KeyboardInterrupt:
         print("crawler: rank interrupted: the ranks stored before are unchanged",
               file=sys.stderr)
         return INTERRUPTED
-    finally:
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)  # moved into DIR/rank when it worked
     g = result.graph
     try:
         with RankStore(args.data) as store:

@@ -52,6 +52,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -233,12 +234,16 @@ def rank_crawl(reader: Any, *, damping: float = DEFAULT_DAMPING, tol: float = DE
                chunk: int = DEFAULT_CHUNK, work_dir: str | None = None,
                progress: Callable[[int, float], None] | None = None) -> RankResult:
     """Build the graph of the crawl ``reader`` reads, rank it and store the ranks in
-    ``DIR/rank`` (replacing earlier ones). ``work_dir``: where the graph is built
-    (default: beside the store, ``DIR/rank.tmp-PID``)."""
+    ``DIR/rank`` (replacing earlier ones). ``work_dir``: an existing directory the graph
+    is built in, in a directory of its own there (default: beside the store,
+    ``DIR/rank.tmp-PID``); nothing else in it is touched."""
     data_dir = reader.data_dir
     final = os.path.join(data_dir, RANK_DIR)
-    tmp = work_dir or os.path.join(data_dir, f"{RANK_DIR}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    if work_dir is not None:
+        tmp = tempfile.mkdtemp(prefix=f"{RANK_DIR}.tmp-", dir=work_dir)
+    else:
+        tmp = os.path.join(data_dir, f"{RANK_DIR}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
     try:
         records = len(reader)
         t0 = time.monotonic()

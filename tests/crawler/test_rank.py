@@ -256,3 +256,23 @@ def test_memory_is_flat_as_the_graph_grows(tmp_path: Path) -> None:
         # Four times the graph: one float64 per node would be 7 MB more, its edges 14 MB
         # more (8 B each); what the blocks, chunks and buckets hold does not grow.
         assert grew < 4 << 20, (phase, small, big)
+
+
+def test_rank_crawl_builds_in_a_directory_of_its_own_inside_work_dir(
+    crawl: tuple[TestWeb, Path], tmp_path: Path
+) -> None:
+    """work_dir is the caller's (a /tmp): rank_crawl must not empty it, nor leave its
+    graph behind there."""
+    from crawler.read.rank import rank_crawl
+
+    _, data = crawl
+    work = tmp_path / "scratch"
+    work.mkdir()
+    (work / "mine.txt").write_text("keep me")
+    with CrawlReader(data) as reader:
+        result = rank_crawl(reader, work_dir=str(work))
+    assert result.graph["fetched"] > 0
+    assert [p.name for p in work.iterdir()] == ["mine.txt"]
+    assert (work / "mine.txt").read_text() == "keep me"
+    with RankStore(data) as store:
+        assert len(list(store.ordered(5))) == 5
