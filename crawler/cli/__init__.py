@@ -17,6 +17,7 @@ import kvstore
 
 from ..exceptions import CrawlerError
 from . import crawl, export, links, pages, rank, report, retry
+from ._common import DefaultsFormatter
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **crawl.COMMANDS,
@@ -41,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     rank.add_parsers(sub)
     report.add_parsers(sub)
     retry.add_parsers(sub)
+    for command in sub.choices.values():  # every command's --help shows its defaults
+        command.formatter_class = DefaultsFormatter
     return parser
 
 

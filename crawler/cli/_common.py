@@ -21,6 +21,23 @@ def size(value: str) -> int:
     return n
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """--help shows each option's default, unless it has none worth saying (None, off,
+    an empty list) or its help speaks of its default already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or not action.option_strings
+            or default in (None, False, argparse.SUPPRESS)
+            or default == []
+        ):
+            return text
+        return f"{text} (default: {default})"
+
+
 def log_to_stderr(level: int) -> None:
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -44,7 +44,8 @@ def add_parsers(sub: Any) -> None:
     rank.add_argument("--damping", type=float, default=DEFAULT_DAMPING, help="damping factor")
     rank.add_argument("--tol", type=float, default=DEFAULT_TOL,
                       help="stop when the L1 change of an iteration is below this")
-    rank.add_argument("--max-iter", type=_positive, default=DEFAULT_MAX_ITER, metavar="N")
+    rank.add_argument("--max-iter", type=_positive, default=DEFAULT_MAX_ITER, metavar="N",
+                      help="stop after N iterations even if --tol is not reached")
     rank.add_argument("--top", type=int, default=10, metavar="N",
                       help="print the N strongest pages (0: none)")
     rank.add_argument("--block-nodes", type=_positive, default=DEFAULT_BLOCK_NODES,

@@ -46,7 +46,8 @@ def add_parsers(sub: Any) -> None:
     )
     _common(report)
     report.add_argument("--out", metavar="FILE", help="output file (default: stdout)")
-    report.add_argument("--format", choices=("html", "json"), default="html")
+    report.add_argument("--format", choices=("html", "json"), default="html",
+                        help="one HTML file with inline charts, or the numbers as JSON")
     report.add_argument("--progress-interval", type=float,
                         default=progressmod.DEFAULT_INTERVAL, metavar="S",
                         help="seconds between progress lines when stderr is not a terminal "

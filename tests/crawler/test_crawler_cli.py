@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -10,13 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from crawler.cli import main
+from crawler.cli import build_parser, main
 from tools.testweb import TestWeb
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("command", ["start", "status"])
+COMMANDS = sorted(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help_with_an_example(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -24,6 +28,22 @@ def test_every_command_has_help_with_an_example(
     out = capsys.readouterr().out
     assert "example: python -m crawler " + command in out
     assert command in (REPO / "README.md").read_text()
+    # Every option with a default worth saying shows it (argparse wraps: join lines).
+    entries: dict[str, str] = {}
+    flag = ""
+    for line in out.splitlines():
+        if line.startswith("  -"):
+            flag = line.split()[0].rstrip(",")
+            entries[flag] = line
+        elif flag and line.startswith("   "):
+            entries[flag] += " " + line.strip()
+        else:
+            flag = ""
+    parser = build_parser()._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+    for action in parser._actions:
+        if action.option_strings and action.default not in (None, False, [], argparse.SUPPRESS):
+            entry = entries[action.option_strings[0]]
+            assert "default" in entry, (command, entry)
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
