@@ -137,6 +137,11 @@ def _check_data_dir(data_dir: str) -> None:
             parent = os.path.dirname(parent)
         if not os.access(parent, os.W_OK | os.X_OK):
             raise CrawlerError(f"--data {data_dir}: cannot create it: {parent} is not writable")
+        if kvstore_files(set(os.listdir(parent))):
+            raise CrawlerError(
+                f"--data {data_dir}: {parent} is a kvstore store: a crawl directory does not "
+                "go inside one; choose another place"
+            )
         return
     names = set(os.listdir(data_dir))
     if kvstore_files(names):

@@ -209,7 +209,8 @@ def tree(path: Path) -> list[tuple[str, int]]:
 
 @pytest.mark.parametrize(
     "case",
-    ["data_is_a_file", "data_under_a_file", "data_is_a_kvstore", "data_holds_other_files",
+    ["data_is_a_file", "data_under_a_file", "data_is_a_kvstore", "data_in_a_kvstore",
+     "data_holds_other_files",
      "zero_threads", "relative_seed", "ftp_seed", "missing_seeds_file", "bad_seeds_file_line",
      "unreadable_ca_bundle", "bad_store_type"],
 )
@@ -231,6 +232,11 @@ def test_a_users_mistake_is_one_line_and_leaves_nothing_behind(
         with kvstore.open(data) as db:
             db[b"k" * 16] = b"v"
         words += ["kvstore store"]
+    elif case == "data_in_a_kvstore":
+        with kvstore.open(tmp_path / "store") as db:
+            db[b"k" * 16] = b"v"
+        data = tmp_path / "store" / "c"
+        words = [str(data), "is a kvstore store"]
     elif case == "data_holds_other_files":
         data.mkdir()
         (data / "thesis.tex").write_text("precious")
