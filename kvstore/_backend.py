@@ -31,7 +31,8 @@ so errors and their messages are the same by construction.
 Threads. The C paths hold the GIL from start to end and never let it go
 during a walk over the slots, which is what makes the lock-free lookups
 safe, exactly as for the Python code (see ``_index``); writers take the
-owner's ``threading.Lock``, so they are serialized with the Python paths
+owner's lock (``Lock``: ``threading.Lock``, or its C twin, which the C write
+paths take without a method call), so they are serialized with the Python paths
 (flush, compaction, batches) that hold it, including a flush whose
 ``os.write`` runs without the GIL. _speedups.c says what a free-threaded
 CPython would need.
@@ -53,7 +54,7 @@ from . import _fallback
 
 log = logging.getLogger(__name__)
 
-API_VERSION = 1  # must equal _speedups.API_VERSION
+API_VERSION = 2  # must equal _speedups.API_VERSION
 # Constants both implementations must agree on.
 _SHARED = (
     "KEY_SIZE",
@@ -94,8 +95,18 @@ _impl = _load_speedups()
 BACKEND = "python" if _impl is None else "c"
 
 if TYPE_CHECKING or _impl is None:
-    from ._fallback import IndexBase, KeyIntMapBase, KeySetBase, SegmentBase, StoreBase
+    from ._fallback import (
+        IndexBase,
+        KeyIntMapBase,
+        KeySetBase,
+        Lock,
+        SegmentBase,
+        StoreBase,
+        check_val_records,
+    )
 else:
+    Lock = _impl.Lock
+    check_val_records = _impl.check_val_records
     IndexBase = _impl.IndexBase
     KeyIntMapBase = _impl.KeyIntMapBase
     KeySetBase = _impl.KeySetBase
@@ -108,6 +119,8 @@ __all__ = [
     "IndexBase",
     "KeyIntMapBase",
     "KeySetBase",
+    "Lock",
     "SegmentBase",
     "StoreBase",
+    "check_val_records",
 ]

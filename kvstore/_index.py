@@ -37,7 +37,7 @@ replaces the old one in one list assignment. Every mutating method must be
 called under the owner's lock.
 
 Code. The walks over the slots (single keys, and the loops of the batch
-paths) are ``IndexBase``'s, in C or in ``_fallback`` (see ``_backend``);
+paths) are ``IndexBase``'s, in C or in ``_fallback_index`` (see ``_backend``);
 this module sizes, rebuilds and batches around them.
 """
 
@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from ._backend import IndexBase, SegmentBase
-from ._fallback import (
+from ._fallback_index import (
     KEY_SIZE,
     MAX_LOAD,
     MIN_LOAD,
@@ -253,14 +253,9 @@ class HashIndex(IndexBase):
         """Rebuild segment ``s`` (dropping deleted slots) sized for ``live_hint`` keys
         times ``growth`` at MAX_LOAD."""
         old = self._segs[s]
-        top = self.width - 1
-        live = np.flatnonzero(old.vals[:, top] < 0xFE)
-        cap = next_prime(int(max(live_hint, len(live)) * growth / MAX_LOAD) + 1)
+        cap = next_prime(int(max(live_hint, old.live) * growth / MAX_LOAD) + 1)
         new = self._segment(cap, self.width)
-        keys = np.take(old.keys, live, axis=0)
-        if len(live):
-            vals = decode_values(old.vals[live])
-            self._insert_segment(new, keys, self.hashes(keys), vals)
+        self._rehash(old, new)
         self._segs[s] = new  # one assignment: lock-free readers see old or new, never half
         return new
 

@@ -11,13 +11,12 @@ their pure-Python twins (see ``_backend``).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Iterator, MutableMapping, MutableSet
 from typing import Any
 
 import numpy as np
 
-from ._backend import KeyIntMapBase, KeySetBase
+from ._backend import KeyIntMapBase, KeySetBase, Lock
 from ._index import HashIndex, as_key_array
 from .exceptions import InvalidKeyError
 
@@ -37,7 +36,7 @@ class KeySet(KeySetBase, MutableSet[bytes]):
 
     def __init__(self, keys: Iterable[bytes] = (), *, capacity: int = 0) -> None:
         self._index = self._index_type(1, capacity=capacity)
-        self._lock = threading.Lock()
+        self._lock = Lock()
         for key in keys:
             self.add(key)
 
@@ -87,7 +86,7 @@ class KeyIntMap(KeyIntMapBase, MutableMapping[bytes, int]):
 
     def __init__(self, items: Iterable[tuple[bytes, int]] = (), *, capacity: int = 0) -> None:
         self._index = self._index_type(8, capacity=capacity)
-        self._lock = threading.Lock()
+        self._lock = Lock()
         for key, value in items:
             self[key] = value
 

@@ -16,14 +16,16 @@
  * store. Pointers into a bytearray are taken again after anything that can
  * run Python code (a call, an allocation: the GC may switch threads), because
  * another thread may then have resized or replaced it. Writers take the
- * owner's threading.Lock through its acquire()/release() methods, the same
- * lock that Python's flush holds while os.write() runs without the GIL with
- * the write buffer exported.
+ * owner's lock, the same lock that Python's flush holds while os.write() runs
+ * without the GIL with the write buffer exported: directly when it is this
+ * module's Lock (what the owners create), through its acquire()/release()
+ * methods when it is any other object.
  *
- * The GIL is released only while working on memory that no other thread can
- * see or change: the CRC of a large value (the caller's immutable bytes, or a
- * result not returned yet) and the packing of a big put_many batch (a private
- * copy of the value list into a new bytes object). A free-threaded CPython would need a per-index lock (or atomics with
+ * The GIL is released only while blocked on that Lock and while working on
+ * memory that no other thread can see or change: the CRC of a large value
+ * (the caller's immutable bytes, or a result not returned yet) and the
+ * packing of a big put_many batch (a private copy of the value list into a
+ * new bytes object). A free-threaded CPython would need a per-index lock (or atomics with
  * a seqlock per segment) around every walk, atomic loads of the slot state
  * bytes, and readers that hold a reference to the segment list while they
  * walk it; this module declares no Py_mod_gil slot, so such a build re-enables
@@ -38,7 +40,7 @@
 #include <zlib.h>
 
 /* Bump when a change here must not run with an older _fallback.py. */
-#define API_VERSION 1
+#define API_VERSION 2
 
 #define KEY_SIZE 16
 #define NUM_SEGMENTS 16
@@ -54,14 +56,18 @@
 #define VAL_HEADER_SIZE 8
 #define MAX_RECORD_VALUE 0xFFFFFFFFLL /* a VAL header's u32 length */
 #define KEY_RECORD_SIZE 24
+#define HEADER_SIZE 24 /* of the KEY and VAL files */
 #define CRC_NOGIL_BYTES (64 * 1024) /* zlib.crc32 lets go of the GIL above 5 KiB */
 #define CRC_ZLIB_BYTES 2048         /* from here on zlib's crc32 is the faster one */
 #define AHEAD 16                    /* keys hashed and prefetched ahead in a batch walk */
+#define LOOKUP_LANES 16             /* probe walks interleaved by _lookup_into */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH(p) __builtin_prefetch(p)
+#define PREFETCH_W(p) __builtin_prefetch(p, 1)
 #else
 #define PREFETCH(p) ((void)0)
+#define PREFETCH_W(p) ((void)0)
 #endif
 
 static PyObject *check_key_fn; /* kvstore._fallback.check_key: the slow path of every key */
@@ -751,8 +757,10 @@ done:
 }
 
 /* _fallback.IndexBase._lookup_into. No Python code runs in the loop, so the 16
- * segments' pointers are taken once. Each key's first slot is computed and prefetched
- * AHEAD keys before its walk, so that many loads from memory overlap. */
+ * segments' pointers are taken once. The walks of AHEAD keys are interleaved: each
+ * step examines one key's current slot (prefetched when the key started or last moved
+ * on) and, if its probe goes on, prefetches the next slot and turns to the next key,
+ * so that the loads of every probe, not only the first, overlap in memory. */
 static PyObject *
 Index_lookup_into(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -779,9 +787,10 @@ Index_lookup_into(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
     int w = self->width, top = w - 1;
     Slots sl[NUM_SEGMENTS];
     struct {
+        const Slots *g;
         uint64_t h;
-        Py_ssize_t pos;
-    } ring[AHEAD];
+        Py_ssize_t q, i, step, visits; /* q < 0: a free lane */
+    } lane[LOOKUP_LANES];
     if (kb.len % KEY_SIZE || ob.len != n * 8 || (with_probes && pb.len != n * 8)) {
         PyErr_SetString(PyExc_ValueError, "_lookup_into: keys, out and probes differ in length");
         goto done;
@@ -792,48 +801,59 @@ Index_lookup_into(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
     }
     const unsigned char *keys = kb.buf;
-    for (Py_ssize_t j = 0; j < n + AHEAD; j++) {
-        Py_ssize_t q = j - AHEAD;
-        if (q >= 0) {
-            uint64_t h = ring[q % AHEAD].h;
-            const Slots *g = &sl[h >> SEG_SHIFT];
-            const unsigned char *key = keys + q * KEY_SIZE;
-            Py_ssize_t cap = g->cap, i = ring[q % AHEAD].pos, step = 0, visits = 0;
+    Py_ssize_t next = 0, left = n;
+    for (int r = 0; r < LOOKUP_LANES; r++)
+        lane[r].q = -1;
+    for (int r = 0; left > 0; r = r + 1 == LOOKUP_LANES ? 0 : r + 1) {
+        if (lane[r].q >= 0) {
+            const Slots *g = lane[r].g;
+            Py_ssize_t i = lane[r].i, q = lane[r].q;
+            const unsigned char *v = g->v + i * w;
             int64_t value = -1;
-            for (;;) {
-                const unsigned char *v = g->v + i * w;
-                if (++visits > cap) {
-                    table_full();
-                    goto done;
-                }
-                if (v[top] >= 0xFE) {
-                    if (v[0] == 0xFF)
-                        break;
-                }
-                else if (memcmp(g->k + i * KEY_SIZE, key, KEY_SIZE) == 0) {
-                    value = (int64_t)load_le(v, w);
-                    break;
-                }
-                if (!step)
-                    step = 1 + (Py_ssize_t)mod_by(h >> STEP_SHIFT, g->by_cap1);
-                i += step;
-                if (i >= cap)
-                    i -= cap;
+            if (++lane[r].visits > g->cap) {
+                table_full();
+                goto done;
             }
+            if (v[top] >= 0xFE) {
+                if (v[0] != 0xFF)
+                    goto more;
+            }
+            else if (memcmp(g->k + i * KEY_SIZE, keys + q * KEY_SIZE, KEY_SIZE) == 0)
+                value = (int64_t)load_le(v, w);
+            else
+                goto more;
             memcpy((char *)ob.buf + q * 8, &value, 8);
             if (with_probes) {
-                int64_t p = visits;
+                int64_t p = lane[r].visits;
                 memcpy((char *)pb.buf + q * 8, &p, 8);
             }
+            lane[r].q = -1;
+            left--;
+            goto start;
+        more:
+            if (!lane[r].step)
+                lane[r].step = 1 + (Py_ssize_t)mod_by(lane[r].h >> STEP_SHIFT, g->by_cap1);
+            i += lane[r].step;
+            if (i >= g->cap)
+                i -= g->cap;
+            lane[r].i = i;
+            PREFETCH(g->v + i * w);
+            PREFETCH(g->k + i * KEY_SIZE);
+            continue;
         }
-        if (j < n) {
-            uint64_t h = hash_key(keys + j * KEY_SIZE);
+    start:
+        if (next < n) {
+            uint64_t h = hash_key(keys + next * KEY_SIZE);
             const Slots *g = &sl[h >> SEG_SHIFT];
             Py_ssize_t i = (Py_ssize_t)mod_by(h, g->by_cap);
             PREFETCH(g->v + i * w);
             PREFETCH(g->k + i * KEY_SIZE);
-            ring[j % AHEAD].h = h;
-            ring[j % AHEAD].pos = i;
+            lane[r].g = g;
+            lane[r].h = h;
+            lane[r].q = next++;
+            lane[r].i = i;
+            lane[r].step = 0;
+            lane[r].visits = 0;
         }
     }
     res = Py_None;
@@ -848,63 +868,37 @@ done:
 
 enum { SLOT_OTHER, SLOT_EMPTY, SLOT_SAME };
 
-/* _fallback.IndexBase._insert_segment, round for round, for distinct keys (as there:
- * set_many drops repeated keys first, a rebuild's keys are distinct). Each round first classifies
- * every pending key's slot as it was when the round began (pass 1, reads only), then
- * settles them in batch order (pass 2): a key on its own slot (live or deleted) takes
- * it; a key on an EMPTY slot takes it if no earlier key of the batch did in this
- * round, else it stays there for the next round (numpy's lowest-position winner);
- * a key on another key's slot moves on. */
-static PyObject *
-Index_insert_segment(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The rounds of _fallback.IndexBase._insert_segment on m distinct keys (`keys`, their
+ * hashes `hb` and values `vb`, 8 bytes each, read with memcpy) into the slots `sl`; the
+ * live and deleted counts move by what was written, even when a corrupted table stops
+ * the loop (-1, error set). Each round first classifies every pending key's slot as
+ * it was when the round began (pass 1, reads only), then settles them in batch order
+ * (pass 2): a key on its own slot (live or deleted) takes it; a key on an EMPTY slot
+ * takes it if no earlier key of the batch did in this round, else it stays there for
+ * the next round (numpy's lowest-position winner); a key on another key's slot moves
+ * on. */
+static int
+insert_rounds(const Slots *sl, int w, const unsigned char *keys, const char *hb, const char *vb,
+              Py_ssize_t m)
 {
-    Py_buffer kb, hb, vb;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "_insert_segment(seg, keys, h, values)");
-        return NULL;
-    }
-    int w = self->width, top = w - 1;
-    Slots sl;
-    if (w < 1) {
-        PyErr_SetString(PyExc_RuntimeError, "kvstore index: width is not set");
-        return NULL;
-    }
-    if (batch_slots(args[0], w, &sl) < 0 || get_buffer(args[1], &kb, 0, 1, "keys") < 0)
-        return NULL;
-    if (get_buffer(args[2], &hb, 0, 8, "h") < 0) {
-        PyBuffer_Release(&kb);
-        return NULL;
-    }
-    if (get_buffer(args[3], &vb, 0, 8, "values") < 0) {
-        PyBuffer_Release(&kb);
-        PyBuffer_Release(&hb);
-        return NULL;
-    }
-    PyObject *res = NULL;
-    Py_ssize_t m = vb.len / 8, cap = sl.cap;
-    Py_ssize_t *at = NULL, *pos = NULL, *step = NULL;
-    unsigned char *cls = NULL;
+    int top = w - 1, r = -1;
+    Py_ssize_t cap = sl->cap;
+    Py_ssize_t *at = PyMem_New(Py_ssize_t, m ? m : 1); /* batch positions of the pending keys */
+    Py_ssize_t *pos = PyMem_New(Py_ssize_t, m ? m : 1);
+    Py_ssize_t *step = PyMem_New(Py_ssize_t, m ? m : 1);
+    unsigned char *cls = PyMem_Malloc(m ? (size_t)m : 1);
     Py_ssize_t d_live = 0, d_deleted = 0;
     unsigned char dpat[8];
-    const unsigned char *keys = kb.buf;
-    if (kb.len != m * KEY_SIZE || hb.len != m * 8) {
-        PyErr_SetString(PyExc_ValueError, "_insert_segment: keys, h and values differ in length");
-        goto done;
-    }
-    at = PyMem_New(Py_ssize_t, m ? m : 1); /* batch positions of the pending keys */
-    pos = PyMem_New(Py_ssize_t, m ? m : 1);
-    step = PyMem_New(Py_ssize_t, m ? m : 1);
-    cls = PyMem_Malloc(m ? (size_t)m : 1);
     if (!at || !pos || !step || !cls) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t p = 0; p < m; p++) {
         uint64_t h;
-        memcpy(&h, (const char *)hb.buf + p * 8, 8);
+        memcpy(&h, hb + p * 8, 8);
         at[p] = p;
-        pos[p] = (Py_ssize_t)mod_by(h, sl.by_cap);
-        step[p] = 1 + (Py_ssize_t)mod_by(h >> STEP_SHIFT, sl.by_cap1);
+        pos[p] = (Py_ssize_t)mod_by(h, sl->by_cap);
+        step[p] = 1 + (Py_ssize_t)mod_by(h >> STEP_SHIFT, sl->by_cap1);
     }
     dpat[0] = 0xFE;
     memset(dpat + 1, 0xFF, sizeof dpat - 1);
@@ -916,27 +910,31 @@ Index_insert_segment(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         for (Py_ssize_t p = 0; p < pending; p++) {
             if (p + AHEAD < pending) {
-                PREFETCH(sl.v + pos[p + AHEAD] * w);
-                PREFETCH(sl.k + pos[p + AHEAD] * KEY_SIZE);
+                PREFETCH(sl->v + pos[p + AHEAD] * w);
+                PREFETCH(sl->k + pos[p + AHEAD] * KEY_SIZE);
             }
-            const unsigned char *v = sl.v + pos[p] * w;
+            const unsigned char *v = sl->v + pos[p] * w;
             if (v[top] >= 0xFE && v[0] == 0xFF)
                 cls[p] = SLOT_EMPTY;
             else
-                cls[p] = memcmp(sl.k + pos[p] * KEY_SIZE, keys + at[p] * KEY_SIZE, KEY_SIZE)
+                cls[p] = memcmp(sl->k + pos[p] * KEY_SIZE, keys + at[p] * KEY_SIZE, KEY_SIZE)
                              ? SLOT_OTHER
                              : SLOT_SAME;
         }
         Py_ssize_t kept = 0;
         for (Py_ssize_t p = 0; p < pending; p++) {
+            if (p + AHEAD < pending) { /* pass 1's loads may have left the cache again */
+                PREFETCH_W(sl->v + pos[p + AHEAD] * w);
+                PREFETCH_W(sl->k + pos[p + AHEAD] * KEY_SIZE);
+            }
             Py_ssize_t i = pos[p], j = at[p];
-            unsigned char *v = sl.v + i * w;
+            unsigned char *v = sl->v + i * w;
             int was_live = v[top] < 0xFE, was_empty = !was_live && v[0] == 0xFF;
             if (cls[p] == SLOT_SAME || (cls[p] == SLOT_EMPTY && was_empty)) {
                 int64_t value;
-                memcpy(&value, (const char *)vb.buf + j * 8, 8);
+                memcpy(&value, vb + j * 8, 8);
                 int dele = value < 0;
-                memcpy(sl.k + i * KEY_SIZE, keys + j * KEY_SIZE, KEY_SIZE);
+                memcpy(sl->k + i * KEY_SIZE, keys + j * KEY_SIZE, KEY_SIZE);
                 if (dele)
                     memcpy(v, dpat, (size_t)w);
                 else
@@ -957,19 +955,110 @@ Index_insert_segment(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         pending = kept;
     }
-    res = Py_None;
-    Py_INCREF(res);
+    r = 0;
 done:
-    /* Counts follow the slots written, even when a corrupted table stopped the loop. */
-    sl.seg->live += d_live;
-    sl.seg->deleted += d_deleted;
+    sl->seg->live += d_live;
+    sl->seg->deleted += d_deleted;
     PyMem_Free(at);
     PyMem_Free(pos);
     PyMem_Free(step);
     PyMem_Free(cls);
+    return r;
+}
+
+/* _fallback.IndexBase._insert_segment. */
+static PyObject *
+Index_insert_segment(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer kb, hb, vb;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "_insert_segment(seg, keys, h, values)");
+        return NULL;
+    }
+    int w = self->width;
+    Slots sl;
+    if (w < 1) {
+        PyErr_SetString(PyExc_RuntimeError, "kvstore index: width is not set");
+        return NULL;
+    }
+    if (batch_slots(args[0], w, &sl) < 0 || get_buffer(args[1], &kb, 0, 1, "keys") < 0)
+        return NULL;
+    if (get_buffer(args[2], &hb, 0, 8, "h") < 0) {
+        PyBuffer_Release(&kb);
+        return NULL;
+    }
+    if (get_buffer(args[3], &vb, 0, 8, "values") < 0) {
+        PyBuffer_Release(&kb);
+        PyBuffer_Release(&hb);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    Py_ssize_t m = vb.len / 8;
+    if (kb.len != m * KEY_SIZE || hb.len != m * 8)
+        PyErr_SetString(PyExc_ValueError, "_insert_segment: keys, h and values differ in length");
+    else if (insert_rounds(&sl, w, kb.buf, hb.buf, vb.buf, m) == 0) {
+        res = Py_None;
+        Py_INCREF(res);
+    }
     PyBuffer_Release(&kb);
     PyBuffer_Release(&hb);
     PyBuffer_Release(&vb);
+    return res;
+}
+
+/* _fallback.IndexBase._rehash: the live slots of `old`, in slot order, inserted into
+ * `new` as _insert_segment inserts them (a segment rebuild). */
+static PyObject *
+Index_rehash(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_rehash(old, new)");
+        return NULL;
+    }
+    int w = self->width, top = w - 1;
+    Slots so, sn;
+    if (w < 1) {
+        PyErr_SetString(PyExc_RuntimeError, "kvstore index: width is not set");
+        return NULL;
+    }
+    if (slots_of(args[0], w, &so) < 0 || batch_slots(args[1], w, &sn) < 0)
+        return NULL;
+    if (so.seg == sn.seg) {
+        PyErr_SetString(PyExc_ValueError, "_rehash: old and new are the same segment");
+        return NULL;
+    }
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < so.cap; i++)
+        m += so.v[i * w + top] < 0xFE;
+    unsigned char *keys = PyMem_Malloc(m ? (size_t)m * KEY_SIZE : 1);
+    char *hb = PyMem_Malloc(m ? (size_t)m * 8 : 1), *vb = PyMem_Malloc(m ? (size_t)m * 8 : 1);
+    PyObject *res = NULL;
+    if (!keys || !hb || !vb) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* The allocations ran no Python code (PyMem_Malloc does not collect): so's and sn's
+     * pointers are still good. */
+    Py_ssize_t j = 0;
+    for (Py_ssize_t i = 0; i < so.cap && j < m; i++) {
+        const unsigned char *v = so.v + i * w;
+        if (v[top] >= 0xFE)
+            continue;
+        int64_t value = (int64_t)load_le(v, w);
+        uint64_t h = hash_key(so.k + i * KEY_SIZE);
+        memcpy(keys + j * KEY_SIZE, so.k + i * KEY_SIZE, KEY_SIZE);
+        memcpy(hb + j * 8, &h, 8);
+        memcpy(vb + j * 8, &value, 8);
+        j++;
+    }
+    if (insert_rounds(&sn, w, keys, hb, vb, m) == 0) {
+        res = Py_None;
+        Py_INCREF(res);
+    }
+done:
+    PyMem_Free(keys);
+    PyMem_Free(hb);
+    PyMem_Free(vb);
     return res;
 }
 
@@ -1104,6 +1193,7 @@ static PyMethodDef Index_methods[] = {
     {"_set_each", (PyCFunction)(void (*)(void))Index_set_each, METH_FASTCALL, NULL},
     {"_lookup_into", (PyCFunction)(void (*)(void))Index_lookup_into, METH_FASTCALL, NULL},
     {"_insert_segment", (PyCFunction)(void (*)(void))Index_insert_segment, METH_FASTCALL, NULL},
+    {"_rehash", (PyCFunction)(void (*)(void))Index_rehash, METH_FASTCALL, NULL},
     {"_hash_keys", (PyCFunction)(void (*)(void))Index_hash_keys, METH_FASTCALL | METH_STATIC,
      NULL},
     {"_last_of_each", (PyCFunction)(void (*)(void))Index_last_of_each,
@@ -1170,6 +1260,172 @@ idx_set(PyObject *index, PyObject *key, uint64_t value)
     return 0;
 }
 
+/* ------------------------------------------------------------------------ lock */
+
+/* _fallback.Lock (threading.Lock): the owners' lock, as a type whose acquire and
+ * release the put and delete paths below can call without a method call (a
+ * threading.Lock costs ~150 ns a put that way: argument parsing and a clock read). The
+ * same semaphore as _thread.lock underneath; a blocked acquire lets go of the GIL and
+ * runs signal handlers when interrupted, as _thread.lock does. */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    char locked;
+} LockObject;
+
+static PyTypeObject Lock_Type;
+
+static PyObject *
+Lock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
+        return NULL;
+    }
+    LockObject *self = (LockObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if ((self->lock = PyThread_allocate_lock()) == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_RuntimeError, "can't allocate lock");
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void
+Lock_dealloc(LockObject *self)
+{
+    if (self->lock != NULL) {
+        if (self->locked)
+            PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* 1 acquired, 0 timed out, -1 error (a signal handler raised). timeout_us < 0: forever. */
+static int
+lock_take(LockObject *self, PY_TIMEOUT_T timeout_us)
+{
+    if (PyThread_acquire_lock_timed(self->lock, 0, 0) == PY_LOCK_ACQUIRED) {
+        self->locked = 1;
+        return 1;
+    }
+    if (timeout_us == 0)
+        return 0;
+    for (;;) {
+        PyLockStatus r;
+        Py_BEGIN_ALLOW_THREADS
+        r = PyThread_acquire_lock_timed(self->lock, timeout_us, 1);
+        Py_END_ALLOW_THREADS
+        if (r == PY_LOCK_ACQUIRED) {
+            self->locked = 1;
+            return 1;
+        }
+        if (r == PY_LOCK_FAILURE)
+            return 0;
+        if (Py_MakePendingCalls() < 0) /* PY_LOCK_INTR: run the signal handlers */
+            return -1;
+        /* Interrupted: wait again (a timed wait starts over, as it may on EINTR). */
+    }
+}
+
+static int
+lock_give(LockObject *self)
+{
+    if (!self->locked) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return -1;
+    }
+    self->locked = 0;
+    PyThread_release_lock(self->lock);
+    return 0;
+}
+
+static PyObject *
+Lock_acquire(LockObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pd:acquire", kwlist, &blocking, &timeout))
+        return NULL;
+    if (!blocking && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (timeout < 0 && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be positive");
+        return NULL;
+    }
+    PY_TIMEOUT_T us = -1;
+    if (!blocking)
+        us = 0;
+    else if (timeout >= 0) {
+        if (timeout * 1e6 >= (double)PY_TIMEOUT_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
+            return NULL;
+        }
+        us = (PY_TIMEOUT_T)(timeout * 1e6);
+    }
+    int r = lock_take(self, us);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *
+Lock_enter(LockObject *self, PyObject *unused)
+{
+    int r = lock_take(self, -1);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *
+Lock_release(LockObject *self, PyObject *unused)
+{
+    if (lock_give(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Lock_exit(LockObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return Lock_release(self, NULL);
+}
+
+static PyObject *
+Lock_locked(LockObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(self->locked);
+}
+
+static PyObject *
+Lock_repr(LockObject *self)
+{
+    return PyUnicode_FromFormat("<%s kvstore._speedups.Lock object at %p>",
+                                self->locked ? "locked" : "unlocked", self);
+}
+
+static PyMethodDef Lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))Lock_acquire, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"release", (PyCFunction)Lock_release, METH_NOARGS, NULL},
+    {"locked", (PyCFunction)Lock_locked, METH_NOARGS, NULL},
+    {"__enter__", (PyCFunction)Lock_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))Lock_exit, METH_FASTCALL, NULL},
+    {NULL}};
+
+static PyTypeObject Lock_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvstore._speedups.Lock",
+    .tp_basicsize = sizeof(LockObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A mutex like threading.Lock, that the C write paths take without a call.",
+    .tp_dealloc = (destructor)Lock_dealloc,
+    .tp_repr = (reprfunc)Lock_repr,
+    .tp_methods = Lock_methods,
+    .tp_new = Lock_new,
+};
+
 /* ------------------------------------------------------------- shared owner helpers */
 
 /* New reference to the key as 16 bytes: as is, or through check_key (which raises). */
@@ -1192,6 +1448,8 @@ checked_key(PyObject *key)
 static int
 lock_acquire(PyObject *lock)
 {
+    if (Py_IS_TYPE(lock, &Lock_Type))
+        return lock_take((LockObject *)lock, -1) == 1 ? 0 : -1;
     PyObject *r = PyObject_CallMethodNoArgs(lock, str_acquire);
     if (r == NULL)
         return -1;
@@ -1203,6 +1461,11 @@ lock_acquire(PyObject *lock)
 static int
 lock_release(PyObject *lock)
 {
+    if (Py_IS_TYPE(lock, &Lock_Type) && ((LockObject *)lock)->locked) {
+        ((LockObject *)lock)->locked = 0;
+        PyThread_release_lock(((LockObject *)lock)->lock);
+        return PyErr_Occurred() ? -1 : 0;
+    }
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject *r = PyObject_CallMethodNoArgs(lock, str_release);
@@ -1643,6 +1906,54 @@ Store_ass_subscript(StoreObject *self, PyObject *key, PyObject *value)
     return r;
 }
 
+/* _fallback.StoreBase._check_values: every value as a put checks it; the list itself
+ * when every value is already bytes within the limit. */
+static PyObject *
+Store_check_values(StoreObject *self, PyObject *values)
+{
+    if (self->max_value_size == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "max_value_size");
+        return NULL;
+    }
+    if (PyList_CheckExact(values)) {
+        Py_ssize_t n = PyList_GET_SIZE(values), j = 0;
+        for (; j < n; j++) {
+            PyObject *v = PyList_GET_ITEM(values, j);
+            int too_big = 1;
+            if (PyBytes_CheckExact(v) &&
+                (too_big = size_cmp(PyBytes_GET_SIZE(v), self->max_value_size, Py_GT)) < 0)
+                return NULL;
+            if (too_big)
+                break;
+        }
+        if (j == n) {
+            Py_INCREF(values);
+            return values;
+        }
+    }
+    PyObject *items = PySequence_List(values); /* our copy, to fill in */
+    if (items == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(items); j++) {
+        PyObject *v = PyList_GET_ITEM(items, j);
+        int too_big = 1;
+        if (PyBytes_CheckExact(v) &&
+            (too_big = size_cmp(PyBytes_GET_SIZE(v), self->max_value_size, Py_GT)) < 0)
+            goto fail;
+        if (!too_big)
+            continue;
+        v = PyObject_CallMethodOneArg((PyObject *)self, str_check_value, v);
+        if (v == NULL)
+            goto fail;
+        if (PyList_SetItem(items, j, v) < 0) /* steals v */
+            goto fail;
+    }
+    return items;
+fail:
+    Py_DECREF(items);
+    return NULL;
+}
+
 /* _fallback.StoreBase._pack_values: put_many's VAL records, each value checked as a
  * put checks it (others go through self._check_value), back to back. */
 static PyObject *
@@ -1736,6 +2047,7 @@ static PyMethodDef Store_methods[] = {
     {"get", (PyCFunction)(void (*)(void))Store_get, METH_FASTCALL | METH_KEYWORDS,
      "The value, or default if absent. Lock-free."},
     {"_pack_values", (PyCFunction)(void (*)(void))Store_pack_values, METH_FASTCALL, NULL},
+    {"_check_values", (PyCFunction)Store_check_values, METH_O, NULL},
     {NULL}};
 
 static PySequenceMethods Store_as_sequence = {.sq_contains = (objobjproc)Store_contains};
@@ -1948,6 +2260,65 @@ static PyMappingMethods KeyIntMap_as_mapping = {
     .mp_ass_subscript = (objobjargproc)KeyIntMap_ass_subscript,
 };
 
+/* ------------------------------------------------------------- VAL record checks */
+
+/* _fallback.check_val_records: the value records at `offs` (int64, in file order) of a
+ * VAL file whose first `size` bytes are `buf`, each checked as
+ * _format.check_val_record checks it against the end of the one before; returns
+ * (how many passed, where the last that passed ends, or prev_end). */
+static PyObject *
+check_val_records(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer bb, ob;
+    long long size, prev_end;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "check_val_records(buf, offs, size, prev_end)");
+        return NULL;
+    }
+    size = PyLong_AsLongLong(args[2]);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    prev_end = PyLong_AsLongLong(args[3]);
+    if (prev_end == -1 && PyErr_Occurred())
+        return NULL;
+    if (get_buffer(args[0], &bb, 0, 1, "buf") < 0)
+        return NULL;
+    if (get_buffer(args[1], &ob, 0, 8, "offs") < 0) {
+        PyBuffer_Release(&bb);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    if (size < 0 || size > bb.len) {
+        PyErr_SetString(PyExc_ValueError, "check_val_records: size is outside the buffer");
+        goto done;
+    }
+    Py_ssize_t n = ob.len / 8, j = 0;
+    const unsigned char *base = bb.buf;
+    for (; j < n; j++) {
+        int64_t off;
+        memcpy(&off, (const char *)ob.buf + j * 8, 8);
+        if (off < HEADER_SIZE || off > size - VAL_HEADER_SIZE)
+            break;
+        long long length = (long long)load_le(base + off, 4);
+        long long end = off + VAL_HEADER_SIZE + length;
+        if (end > size ||
+            crc32_of(base + off + VAL_HEADER_SIZE, (Py_ssize_t)length, 0) !=
+                (uint32_t)load_le(base + off + 4, 4) ||
+            off < prev_end)
+            break;
+        prev_end = end;
+    }
+    res = Py_BuildValue("nL", j, prev_end);
+done:
+    PyBuffer_Release(&bb);
+    PyBuffer_Release(&ob);
+    return res;
+}
+
+static PyMethodDef module_methods[] = {
+    {"check_val_records", (PyCFunction)(void (*)(void))check_val_records, METH_FASTCALL, NULL},
+    {NULL}};
+
 /* ---------------------------------------------------------------------- module */
 
 #define BASE_FLAGS (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC)
@@ -2030,7 +2401,7 @@ static PyTypeObject KeyIntMap_Type = {
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT, "kvstore._speedups",
-    "C twins of kvstore._fallback; see kvstore._backend.", -1, NULL};
+    "C twins of kvstore._fallback; see kvstore._backend.", -1, module_methods};
 
 /* Add a new reference as a module attribute, consuming it (NULL: the error is set). */
 static int
@@ -2087,6 +2458,7 @@ PyInit__speedups(void)
     } types[] = {
         {&Segment_Type, "SegmentBase"}, {&Index_Type, "IndexBase"}, {&Store_Type, "StoreBase"},
         {&KeySet_Type, "KeySetBase"},   {&KeyIntMap_Type, "KeyIntMapBase"},
+        {&Lock_Type, "Lock"},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (PyType_Ready(types[i].type) < 0 ||

@@ -19,11 +19,9 @@ never returns wrong bytes.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import struct
-import threading
 import zlib
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -31,11 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _files, _indexfile
+from . import _files, _indexfile, _open
 from . import _format as fmt
-from ._backend import BACKEND, StoreBase
+from ._backend import BACKEND, Lock, StoreBase
 from ._fallback import REMAP_SLACK
-from ._index import HashIndex, as_key_array
+from ._index import as_key_array
+from ._open import _Generation as _Generation  # re-exported: _compact builds one
 from .exceptions import (
     CorruptStoreError,
     InvalidKeyError,
@@ -59,20 +58,6 @@ _REMAP_SLACK = REMAP_SLACK  # the C read path tests the same bound
 PUT_MANY_CHUNK = 1 << 16
 _OPEN_CHUNK = 1 << 20  # KEY records indexed per batch on open
 _VAL_HEADER = struct.Struct("<II")
-_OFFSET_WIDTH = 6  # index bytes per offset: VAL files up to 128 TiB
-
-
-def _release_freed_memory() -> None:
-    """Hand the heap freed by an index build back to the OS (glibc keeps it otherwise).
-
-    A build's temporaries are tens of MB; glibc raises its mmap threshold after
-    freeing such blocks and then serves them from the heap, which it does not
-    shrink on its own. Elsewhere this is a no-op.
-    """
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass(frozen=True)
@@ -100,25 +85,6 @@ class Damage:
     offset: int
     reason: str
     key_offset: int | None = None
-
-
-class _Generation:
-    """Everything that compaction replaces at once."""
-
-    __slots__ = ("files", "index", "wbuf", "kbuf", "key_size")
-
-    def __init__(
-        self, files: _files.DataFiles, index: HashIndex, val_end: int, key_size: int
-    ) -> None:
-        self.files = files
-        self.index = index
-        self.wbuf: tuple[int, bytearray] = (val_end, bytearray())
-        self.kbuf = bytearray()
-        self.key_size = key_size
-
-    def val_end(self) -> int:
-        base, buf = self.wbuf
-        return base + len(buf)
 
 
 class Store(StoreBase, MutableMapping[bytes, bytes]):
@@ -152,7 +118,7 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
         self.recovery: _files.Recovery | None = None
         # How the open got its index: "saved" (read back from a clean close) or "rebuilt".
         self.index_source = "rebuilt"
-        self._lock = threading.Lock()
+        self._lock = Lock()
         self._lock_fd = -1
         self._g: _Generation | None = None
         _files.prepare_directory(self.path, readonly)
@@ -192,50 +158,15 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
         raise StoreNotFoundError(2, "store files keep changing under a read-only open", self.path)
 
     def _load(self, files: _files.DataFiles, capacity: int, tail_check_bytes: int) -> _Generation:
-        saved = self._load_saved(files)
-        if saved is not None:
-            return saved
-        loaded = _files.load_records(
+        g, self.recovery, self.index_source = _open.load(
             files,
+            self.path,
             readonly=self.readonly,
+            capacity=capacity,
             tail_check_bytes=tail_check_bytes,
             chunk_records=_OPEN_CHUNK,
         )
-        self.recovery = loaded.recovery
-        val_end = loaded.val_end
-        key_size = loaded.key_end
-        index = HashIndex(_OFFSET_WIDTH, capacity=max(capacity, loaded.records))
-        for chunk in loaded.chunks():
-            index.set_many(fmt.record_keys(chunk), chunk["off"])
-            del chunk  # freed before the next chunk is read
-        index.fit(min_keys=capacity)
-        del loaded
-        _release_freed_memory()
-        files.remap(val_end)
-        return _Generation(files, index, val_end, key_size)
-
-    def _load_saved(self, files: _files.DataFiles) -> _Generation | None:
-        """The generation with the index a clean close saved, if it matches the files
-        exactly (see _indexfile); None otherwise, and the caller rebuilds."""
-        _files.check_headers(files)
-        key_size = os.fstat(files.key_fd).st_size
-        val_size = os.fstat(files.val_fd).st_size
-        index = _indexfile.load(
-            self.path,
-            files.gen,
-            _OFFSET_WIDTH,
-            key_fd=files.key_fd,
-            key_size=key_size,
-            val_fd=files.val_fd,
-            val_size=val_size,
-            header_size=fmt.HEADER_SIZE,
-        )
-        if index is None:
-            return None
-        self.recovery = None  # the files are exactly what a clean close left
-        self.index_source = "saved"
-        files.remap(val_size)
-        return _Generation(files, index, val_size, key_size)
+        return g
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -415,9 +346,7 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
             return
         n = len(vals)
         if n > PUT_MANY_CHUNK:
-            limit = self.max_value_size
-            if not all(type(v) is bytes for v in vals) or max(map(len, vals)) > limit:
-                vals = [self._check_value(v) for v in vals]  # raises on the first bad one
+            vals = self._check_values(vals)  # raises on the first bad one
             with self._lock:
                 g = self._writable()
                 if n > len(g.index):  # a bulk load: size the index once, as for one batch

@@ -1,0 +1,228 @@
+"""A store directory on disk: the writer lock, generations, and one generation's files.
+
+Theory of operation
+-------------------
+A store directory holds ``LOCK`` and one generation of ``data-<gen>.key`` /
+``data-<gen>.val``. New files are written as ``*.tmp`` and renamed into place,
+so a generation appears only once its headers (or, for compaction, its whole
+contents) are on disk. The current generation is the highest one whose KEY
+and VAL files both exist; anything else a crash left behind (``*.tmp``, older
+generations, a half-renamed newer one) is deleted by the next writer.
+
+KEY records are read in bounded chunks (``iter_key_records``), never the whole
+file. What an open does with them after a crash is ``_files``' job.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import mmap
+import os
+import re
+from collections.abc import Iterator
+
+import numpy as np
+
+from . import _format as fmt
+from .exceptions import (
+    CorruptStoreError,
+    NotAStoreError,
+    StoreLockedError,
+    StoreNotFoundError,
+    StorePermissionError,
+)
+
+LOCK_NAME = "LOCK"
+_DATA_RE = re.compile(r"^data-(\d{6,})\.(key|val|idx)(\.tmp)?$")  # idx: the saved index
+CHUNK_RECORDS = 1 << 20  # KEY records read at a time on open (24 MiB)
+
+
+def data_paths(directory: str, gen: int) -> tuple[str, str]:
+    return (
+        os.path.join(directory, f"data-{gen:06d}.key"),
+        os.path.join(directory, f"data-{gen:06d}.val"),
+    )
+
+
+def fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def prepare_directory(path: str, readonly: bool) -> None:
+    """Check that ``path`` can be a store; create it for a writer."""
+    try:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise NotAStoreError(f"{path}: exists and is not a directory, so it cannot be a store")
+        if not os.path.exists(path):
+            if readonly:
+                raise StoreNotFoundError(errno.ENOENT, "no store at this path", path)
+            os.makedirs(path, exist_ok=True)
+        os.listdir(path)  # raises PermissionError early, with the path in it
+    except PermissionError as exc:
+        raise StorePermissionError(exc.errno, f"permission denied: {exc.strerror}", path) from exc
+
+
+def acquire_lock(path: str) -> int:
+    """Take the exclusive writer lock; return its fd. flock is per open file, so
+    a second writer in the same process is refused too."""
+    lock_path = os.path.join(path, LOCK_NAME)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError as exc:
+        raise StorePermissionError(
+            exc.errno, f"cannot open lock file: {exc.strerror}", lock_path
+        ) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLockedError(path) from None
+    return fd
+
+
+def find_generation(path: str) -> tuple[int | None, list[str]]:
+    """Return (current generation or None, leftover file names to delete)."""
+    keys: set[int] = set()
+    vals: set[int] = set()
+    names = os.listdir(path)
+    for name in names:
+        m = _DATA_RE.match(name)
+        if m and not m.group(3) and m.group(2) != "idx":
+            (keys if m.group(2) == "key" else vals).add(int(m.group(1)))
+    complete = keys & vals
+    current = max(complete) if complete else None
+    leftovers = []
+    for name in names:
+        m = _DATA_RE.match(name)
+        if m and (m.group(3) or int(m.group(1)) != current):
+            leftovers.append(name)
+    return current, leftovers
+
+
+def create_generation(path: str, gen: int) -> None:
+    """Write empty KEY and VAL files for ``gen`` (via tmp + rename)."""
+    for final, magic in zip(data_paths(path, gen), (fmt.KEY_MAGIC, fmt.VAL_MAGIC), strict=True):
+        tmp = final + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, fmt.pack_header(magic, gen))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, final)
+    fsync_dir(path)
+
+
+class DataFiles:
+    """One generation's open files: fds for appends and preads, an mmap for reads.
+
+    The object is shared by reader threads after a compaction replaced it, so
+    its fds are closed only when the last reference goes (``__del__``) or by
+    an explicit ``close()`` at store close.
+    """
+
+    def __init__(self, directory: str, gen: int, readonly: bool) -> None:
+        self.directory = directory
+        self.gen = gen
+        self.key_path, self.val_path = data_paths(directory, gen)
+        flags = os.O_RDONLY if readonly else os.O_RDWR | os.O_APPEND
+        self.key_fd = self.val_fd = -1
+        try:
+            self.key_fd = os.open(self.key_path, flags)
+            self.val_fd = os.open(self.val_path, flags)
+        except PermissionError as exc:
+            self.close()
+            raise StorePermissionError(
+                exc.errno, f"cannot open data file: {exc.strerror}", exc.filename
+            ) from exc
+        self.mm: tuple[mmap.mmap | None, int] = (None, 0)
+
+    def remap(self, length: int) -> tuple[mmap.mmap | None, int]:
+        """Map the first ``length`` bytes of VAL (all of them on disk) for reads."""
+        mm = mmap.mmap(self.val_fd, length, access=mmap.ACCESS_READ) if length else None
+        self.mm = (mm, length)
+        return self.mm
+
+    def close(self) -> None:
+        for name in ("key_fd", "val_fd"):
+            fd = getattr(self, name, -1)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+        mm = getattr(self, "mm", (None, 0))[0]
+        self.mm = (None, 0)
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:  # a reader still holds a slice view; refcounting frees it
+                pass
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def read_key_records(
+    fd: int, first: int, count: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """KEY records ``first`` .. ``first + count - 1`` (fewer at the end of the file),
+    into ``out`` (at least ``count`` records) if given."""
+    recs = np.empty(count, dtype=fmt.KEY_RECORD_DTYPE) if out is None else out[:count]
+    buf = recs.view(np.uint8).data
+    total = count * fmt.KEY_RECORD_SIZE
+    base = fmt.HEADER_SIZE + first * fmt.KEY_RECORD_SIZE
+    pos = 0
+    while pos < total:
+        got = os.preadv(fd, [buf[pos:]], base + pos)
+        if not got:
+            break
+        pos += got
+    buf.release()
+    return recs[: pos // fmt.KEY_RECORD_SIZE]
+
+
+def iter_key_records(
+    fd: int, first: int, stop: int, chunk_records: int, *, reuse: bool = False
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(index of the first, records) for KEY records ``first`` .. ``stop - 1``, in chunks.
+
+    With ``reuse`` every chunk is read into one buffer, so a chunk is only valid
+    until the next one is read: for scans that keep nothing of it.
+    """
+    out = None
+    if reuse:
+        out = np.empty(min(chunk_records, max(stop - first, 0)), fmt.KEY_RECORD_DTYPE)
+    for start in range(first, stop, chunk_records):
+        count = min(chunk_records, stop - start)
+        recs = read_key_records(fd, start, count, out)
+        short = len(recs) < count
+        if len(recs):
+            yield start, recs
+        del recs  # before the next read: one chunk alive at a time
+        if short:
+            return
+
+
+def check_headers(files: DataFiles) -> None:
+    key_hdr = os.pread(files.key_fd, fmt.HEADER_SIZE, 0)
+    val_hdr = os.pread(files.val_fd, fmt.HEADER_SIZE, 0)
+    kgen = fmt.unpack_header(key_hdr, fmt.KEY_MAGIC, files.key_path)
+    vgen = fmt.unpack_header(val_hdr, fmt.VAL_MAGIC, files.val_path)
+    if kgen != files.gen or vgen != files.gen:
+        raise CorruptStoreError(
+            files.key_path,
+            16,
+            f"generation mismatch: file name says {files.gen}, "
+            f"KEY header {kgen}, VAL header {vgen}",
+        )

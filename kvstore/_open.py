@@ -1,0 +1,109 @@
+"""How a store's generation is loaded on open: from the index a clean close saved, or by
+rebuilding the index from the KEY file (after a crash, or on any doubt).
+
+Theory of operation
+-------------------
+``load`` first asks ``_indexfile`` for the saved index, which it trusts only when
+its stamp matches the files exactly; then the files are what the clean close
+left, and nothing is recovered. Otherwise ``_files.load_records`` finds the sound
+part of the files (cutting a torn tail for a writer) and the index is built from
+the kept KEY records one bounded chunk at a time, sized once for all of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+from . import _files, _indexfile
+from . import _format as fmt
+from ._index import HashIndex
+
+OFFSET_WIDTH = 6  # index bytes per offset: VAL files up to 128 TiB
+
+
+def _release_freed_memory() -> None:
+    """Hand the heap freed by an index build back to the OS (glibc keeps it otherwise).
+
+    A build's temporaries are tens of MB; glibc raises its mmap threshold after
+    freeing such blocks and then serves them from the heap, which it does not
+    shrink on its own. Elsewhere this is a no-op.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+class _Generation:
+    """Everything that compaction replaces at once."""
+
+    __slots__ = ("files", "index", "wbuf", "kbuf", "key_size")
+
+    def __init__(
+        self, files: _files.DataFiles, index: HashIndex, val_end: int, key_size: int
+    ) -> None:
+        self.files = files
+        self.index = index
+        self.wbuf: tuple[int, bytearray] = (val_end, bytearray())
+        self.kbuf = bytearray()
+        self.key_size = key_size
+
+    def val_end(self) -> int:
+        base, buf = self.wbuf
+        return base + len(buf)
+
+
+def load(
+    files: _files.DataFiles,
+    path: str,
+    *,
+    readonly: bool,
+    capacity: int,
+    tail_check_bytes: int,
+    chunk_records: int,
+) -> tuple[_Generation, _files.Recovery | None, str]:
+    """(the generation, what the open left out or None, "saved" or "rebuilt")."""
+    saved = _load_saved(files, path)
+    if saved is not None:
+        return saved, None, "saved"  # the files are exactly what a clean close left
+    loaded = _files.load_records(
+        files,
+        readonly=readonly,
+        tail_check_bytes=tail_check_bytes,
+        chunk_records=chunk_records,
+    )
+    recovery = loaded.recovery
+    val_end = loaded.val_end
+    key_size = loaded.key_end
+    index = HashIndex(OFFSET_WIDTH, capacity=max(capacity, loaded.records))
+    for chunk in loaded.chunks():
+        index.set_many(fmt.record_keys(chunk), chunk["off"])
+        del chunk  # freed before the next chunk is read
+    index.fit(min_keys=capacity)
+    del loaded
+    _release_freed_memory()
+    files.remap(val_end)
+    return _Generation(files, index, val_end, key_size), recovery, "rebuilt"
+
+
+def _load_saved(files: _files.DataFiles, path: str) -> _Generation | None:
+    """The generation with the index a clean close saved, if it matches the files
+    exactly (see _indexfile); None otherwise, and the caller rebuilds."""
+    _files.check_headers(files)
+    key_size = os.fstat(files.key_fd).st_size
+    val_size = os.fstat(files.val_fd).st_size
+    index = _indexfile.load(
+        path,
+        files.gen,
+        OFFSET_WIDTH,
+        key_fd=files.key_fd,
+        key_size=key_size,
+        val_fd=files.val_fd,
+        val_size=val_size,
+        header_size=fmt.HEADER_SIZE,
+    )
+    if index is None:
+        return None
+    files.remap(val_size)
+    return _Generation(files, index, val_size, key_size)
