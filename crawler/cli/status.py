@@ -133,7 +133,9 @@ def collect(data_dir: str) -> dict[str, Any]:
     }
     if snaps:
         last = snaps[0] if len(snaps) == 1 else sum_snapshots(snaps)
-        if top is not None and "state" in top:
+        # The supervisor's word on how the run ended, unless a shard's own file says it
+        # was still running: then that run was killed before the supervisor wrote again.
+        if top is not None and "state" in top and not any(x.get("running") for x in snaps):
             last["state"] = top["state"]
         info["last_status"] = last
     info["state"] = _state(info)

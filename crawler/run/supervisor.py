@@ -213,6 +213,7 @@ class Supervisor:
         try:
             for s in self.shards:
                 self._spawn(s)
+            self._maybe_status(initial=True)
             next_probe = time.monotonic()
             while not all(s.exited for s in self.shards):
                 now = time.monotonic()
@@ -366,16 +367,19 @@ class Supervisor:
         ]
         return snap
 
-    def _maybe_status(self, *, final: bool = False) -> None:
+    def _maybe_status(self, *, final: bool = False, initial: bool = False) -> None:
+        """Write status.json (and log the line) every status interval; ``initial``: at
+        once, unlogged, so the file says from the start that this run is on (and a
+        kill leaves "running" there, not how an earlier run ended)."""
         now = time.monotonic()
-        if not final and now - self._last_status < self.config.status_interval:
+        if not (final or initial) and now - self._last_status < self.config.status_interval:
             return
         snap = self.snapshot()
         self._last_status = self._last_status_t = now
         self._last_fetched = snap["fetched"]
         if final:
             snap["running"] = False
-        else:
+        elif not initial:
             status_mod.log_status(snap)
         try:
             status_mod.write_status(self.data_dir, snap)

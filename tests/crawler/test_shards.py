@@ -256,7 +256,7 @@ def kill_loop(
 
 @pytest.mark.slow
 def test_kill9_of_shards_and_supervisor_loses_nothing(
-    make_testweb: MakeWeb, tmp_path: Path
+    make_testweb: MakeWeb, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     web = make_testweb(pages=5000, hosts=8, seed=8, crawl_delay=0.0)
     want = set(web.oracle.crawl().fetched)
@@ -266,8 +266,14 @@ def test_kill9_of_shards_and_supervisor_loses_nothing(
     kills: list[Kill] = []
     every_shard: set[int] = set()
     log = tmp_path / "crawl.log"
+    first = subprocess.run([*args, "--max-pages", "20"], cwd=REPO, capture_output=True,
+                           timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert first.returncode == 0 and b"crawl stopped (limit reached)" in first.stdout
     kill_loop(web, args, log, count, kills, every_shard, random.Random(5), 6)  # last: supervisor
     wait_until(lambda: not any(alive(p) for p in every_shard), "orphans exiting", 20.0)
+    capsys.readouterr()  # a killed crawl says so (an earlier run's clean end is forgotten)
+    assert main(["status", str(data), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"].startswith("killed or crashed")
     final = launch(args, log)
     final_out, _ = final.communicate(timeout=300)
     assert final.returncode == 0, tail(log)
@@ -343,7 +349,12 @@ def test_a_second_supervisor_on_the_same_directory_is_refused(
         second = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=60,
                                 env=dict(os.environ, PYTHONPATH=str(REPO)))
         assert second.returncode == 1
-        assert "another crawl is running" in second.stderr
+        assert f"a crawl is running on it (pid {first.pid})" in second.stderr  # status.json
+        (data / "status.json").unlink()  # as for a start racing the first one's first write:
+        third = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=60,
+                               env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert third.returncode == 1
+        assert "another crawl is running" in third.stderr  # the supervisor's lock
     finally:
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=60)
