@@ -277,3 +277,18 @@ def wait_for_answers(web: TestWeb, proc: subprocess.Popen[bytes], n: int) -> Non
     progress (a kill then lands in the middle of a crawl, not in its start-up)."""
     goal = answered_pages(web) + n
     wait_for(lambda: answered_pages(web) >= goal, proc, f"{n} more answers")
+
+
+def help_entries(text: str) -> dict[str, str]:
+    """Each option's entry in argparse's help, by its first flag, on one line."""
+    entries: dict[str, str] = {}
+    flag = ""
+    for line in text.splitlines():
+        if line.startswith("  -"):
+            flag = line.split()[0].rstrip(",")
+            entries[flag] = line
+        elif flag and line.startswith("   "):
+            entries[flag] += " " + line.strip()
+        else:
+            flag = ""
+    return {k: " ".join(v.split()) for k, v in entries.items()}

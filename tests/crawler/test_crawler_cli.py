@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from crawl_helpers import help_entries
 
 from crawler.cli import build_parser, main
 from tools.testweb import TestWeb
@@ -29,16 +30,7 @@ def test_every_command_has_help_with_an_example(
     assert "example: python -m crawler " + command in out
     assert command in (REPO / "README.md").read_text()
     # Every option with a default worth saying shows it (argparse wraps: join lines).
-    entries: dict[str, str] = {}
-    flag = ""
-    for line in out.splitlines():
-        if line.startswith("  -"):
-            flag = line.split()[0].rstrip(",")
-            entries[flag] = line
-        elif flag and line.startswith("   "):
-            entries[flag] += " " + line.strip()
-        else:
-            flag = ""
+    entries = help_entries(out)
     parser = build_parser()._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
     for action in parser._actions:
         if action.option_strings and action.default not in (None, False, [], argparse.SUPPRESS):

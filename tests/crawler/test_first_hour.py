@@ -17,6 +17,7 @@ from crawl_helpers import (
     REPO,
     cli_args,
     fetched_urls,
+    help_entries,
     page_refetches,
     records,
     start_cli,
@@ -90,21 +91,6 @@ def test_a_resume_with_no_options_runs_with_the_saved_settings(
     again = load_settings(str(data))
     assert again is not None
     assert (again["delay"], again["broad"], again["user_agent"]) == (0.5, False, "BadBot/1.0")
-
-
-def help_entries(text: str) -> dict[str, str]:
-    """Each option's entry in argparse's help, by its first flag, on one line."""
-    entries: dict[str, str] = {}
-    flag = ""
-    for line in text.splitlines():
-        if line.startswith("  -"):
-            flag = line.split()[0].rstrip(",")
-            entries[flag] = line
-        elif flag and line.startswith("   "):
-            entries[flag] += " " + line.strip()
-        else:
-            flag = ""
-    return {k: " ".join(v.split()) for k, v in entries.items()}
 
 
 def test_start_help_shows_the_defaults_and_the_resume() -> None:
