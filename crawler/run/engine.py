@@ -6,9 +6,10 @@ The *feeder* (the main thread) claims random bulks from the frontier while the
 scheduler has room, and offers each URL to its host's wait list (a URL whose
 host list is full goes back to PendDB). *Workers* (``threads`` of them, small
 stacks) take the next URL whose host may be contacted, run it through the
-checks (per-host page limit, BadHosts, DNS, robots.txt), fetch it, turn the
-response into a page record and the links worth admitting, and submit that
-Outcome. The *committer* writes outcomes in the frontier's crash-safe order.
+checks (per-host page limit, BadHosts, DNS, robots.txt: crawler.run.robotsgate),
+fetch it, turn the response into a page record and the links worth admitting
+(crawler.run.responses), and submit that Outcome. The *committer* writes
+outcomes in the frontier's crash-safe order.
 
 A URL ends as exactly one recorded outcome (a page, a redirect, an HTTP error,
 or a failure reason) or goes back to PendDB to be tried later (a transient
@@ -45,40 +46,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..config import CrawlerConfig, Scope, stores_type
+from ..config import CrawlerConfig, Scope
 from ..exceptions import CrawlerError, DataDirError, DiskFullError, DNSError, FetchError, URLError
 from ..net.dnscache import DNSCache
-from ..net.fetch import Fetcher, FetchResult, content_type, parse_retry_after
+from ..net.fetch import Fetcher, FetchResult, parse_retry_after
 from ..state.badhosts import BadHosts
 from ..state.frontier import DISK_FULL_ERRNOS, Claimed, Frontier, Outcome
-from ..state.pages import PageRecord, Pending, encode_page, pack_links
-from ..state.robotsstore import RobotsStore
+from ..state.pages import PageRecord, Pending, encode_page
 from ..state.shards import Router, ShardPlace
-from ..web.links import extract, is_html, robots_directives
-from ..web.robots import (
-    DEFAULT_MAX_ROBOTS_BYTES,
-    DEFAULT_ROBOTS_TTL,
-    RobotsRules,
-    product_token,
-)
-from ..web.urls import URL, host_of, normalize, parse, url_key
+from ..web.robots import product_token
+from ..web.urls import URL, normalize, parse
 from . import status as status_mod
 from .politeness import HostSlot, Scheduler
-from .robotscache import RobotsCache
+from .responses import ResponseReader
+from .robotsgate import HOST_FAILURES, ROBOTS_FETCH_BYTES, ROBOTS_MAX_REDIRECTS, RobotsGate, Wait
+
+__all__ = ["ROBOTS_MAX_REDIRECTS", "Engine"]
 
 log = logging.getLogger(__name__)
 
 # Bulks claimed per feeder pass (then the status line gets its turn).
 _FEED_BULKS = 64
-ROBOTS_MAX_REDIRECTS = 5  # RFC 9309 §2.3.1.2 asks for at least five
-# Failures that say the host itself is unreachable: it goes to BadHosts (a certificate
-# is the host's, not the URL's). A robots.txt fetch failing so fails its URL the same way.
-_HOST_FAILURES = {"connect_refused", "connect_timeout", "connect_error", "tls"}
 # Failures worth another try later (within the retry budget), after a host backoff.
 _TRANSIENT = {"read_timeout", "total_timeout", "reset", "protocol"}
-# robots.txt bytes fetched: one more than the parser reads, so it can tell a cut file
-# (and drop its cut last line) from one of exactly that size.
-_ROBOTS_FETCH_BYTES = DEFAULT_MAX_ROBOTS_BYTES + 1
 
 
 class _Task(NamedTuple):
@@ -117,17 +107,19 @@ class Engine:
             allow_private_ips=config.allow_private_ips,
         )
         self.fetcher = self._fetcher(config.max_body_bytes, config.max_decoded_bytes)
-        self.robots_fetcher = self._fetcher(_ROBOTS_FETCH_BYTES, _ROBOTS_FETCH_BYTES)
+        self.robots_fetcher = self._fetcher(ROBOTS_FETCH_BYTES, ROBOTS_FETCH_BYTES)
         self.scheduler = Scheduler(
             per_host=config.per_host,
             delay=config.delay,
             max_waiting=config.waiting_limit,
             max_waiting_per_host=config.max_waiting_per_host,
         )
-        self.robots = RobotsCache()
-        self.robots_store = RobotsStore(config.data_dir, max_body=DEFAULT_MAX_ROBOTS_BYTES)
-        self._agent = (product_token(config.user_agent),)
-        self._meta_names = ("robots", *self._agent)
+        self.robots_gate = RobotsGate(
+            config, self.scheduler, self.robots_fetcher, count=self._count
+        )
+        self.robots = self.robots_gate.cache  # the parsed robots.txt of each host
+        self.robots_store = self.robots_gate.store
+        self.reader = ResponseReader(config, self.scope, product_token(config.user_agent))
         self.stats_lock = threading.Lock()  # guards outcomes, fetched, bytes
         self.outcomes: Counter[str] = Counter()
         self.fetched = 0
@@ -346,9 +338,11 @@ class Engine:
         try:
             self.dns.resolve(u.host)
             if cfg.obey_robots:
-                verdict = self._robots(slot, c, u)
+                verdict = self.robots_gate.check(slot, u)
+                if isinstance(verdict, Wait):
+                    return _Result(None, verdict.not_before, contacted=verdict.contacted)
                 if verdict is not None:
-                    return verdict
+                    return self._final(c, 0, verdict)
             if not self.scheduler.reserve_fetch(slot, limit):
                 return self._final(c, 0, "host_page_limit")
             if not self._reserve_fetch():
@@ -374,92 +368,6 @@ class Engine:
             self.fetched += 1
             return True
 
-    def _robots(self, slot: HostSlot, c: Claimed, u: URL) -> _Result | None:
-        """None if the URL may be fetched now; otherwise what becomes of it."""
-        key = u.robots_key
-        now = time.time()
-        rules = self.robots.get(key, now)
-        cfg = self.config
-        if rules is None:
-            if not self.robots.begin_fetch(key, now):  # another worker is fetching it
-                return _Result(None, time.monotonic() + 0.05, contacted=False)
-            rules = self._kept_robots(key, now)  # an earlier run's answer, if still fresh
-            if rules is None:
-                return self._fetch_rules(slot, key, u)
-            if rules.crawl_delay is not None:  # no request made: decide the URL now
-                slot.delay = max(cfg.delay, min(rules.crawl_delay, cfg.max_crawl_delay))
-        if rules.state == "disallow_all_for_now":
-            if slot.robots_failures <= cfg.max_retries:
-                # The whole host waits for the next robots.txt try; its URLs stay in memory.
-                wait = max(0.0, (rules.retry_at or now) - now)
-                return _Result(None, time.monotonic() + wait, contacted=False)
-            return self._final(c, 0, "robots_unavailable")
-        if not rules.can_fetch(u):
-            return self._final(c, 0, "robots_disallowed")
-        return None
-
-    def _fetch_rules(self, slot: HostSlot, key: str, u: URL) -> _Result:
-        """Fetch the host's robots.txt (the fetch claim is ours), cache and keep it."""
-        cfg = self.config
-        rules = None
-        try:
-            status, body = self._fetch_robots(u.robots_url)
-            failed = status is None or status >= 500 or status == 429
-            failures = self.scheduler.robots_outcome(slot, failed)
-            if failed and failures <= cfg.max_retries:
-                with self.stats_lock:
-                    self.outcomes["retry:robots_unavailable"] += 1
-            retry = cfg.backoff * 2.0 ** min(max(failures - 1, 0), 60)
-            rules = RobotsRules.from_response(
-                status,
-                body,
-                user_agent=cfg.user_agent,
-                now=time.time(),
-                error_retry=min(retry, cfg.max_retry_after),
-                previous=self.robots.peek(key),
-            )
-            if status is not None:
-                self.robots_store.save(key, status, body or b"", rules.fetched_at)
-        finally:
-            if rules is None:
-                self.robots.abort_fetch(key)
-            else:
-                self.robots.finish_fetch(key, rules)
-        if rules.crawl_delay is not None:
-            slot.delay = max(cfg.delay, min(rules.crawl_delay, cfg.max_crawl_delay))
-        return _Result(None)  # robots.txt was this visit's request; the URL waits its turn
-
-    def _kept_robots(self, key: str, now: float) -> RobotsRules | None:
-        """The rules of the robots.txt answer a run kept on disk, cached and returned
-        (ending the fetch claim ``begin_fetch`` gave), or None (the claim stays)."""
-        kept = self.robots_store.load(key, now, DEFAULT_ROBOTS_TTL)
-        if kept is None:
-            return None
-        status, body, fetched_at = kept
-        rules = RobotsRules.from_response(
-            status, body, user_agent=self.config.user_agent, now=fetched_at
-        )
-        self.robots.finish_fetch(key, rules)
-        return rules
-
-    def _fetch_robots(self, url: str) -> tuple[int | None, bytes | None]:
-        """(status, body) of robots.txt after up to ROBOTS_MAX_REDIRECTS redirects (RFC
-        9309 §2.3.1.2: at least five; past them the last 3xx is returned, which means
-        "unavailable"); (None, None) if no answer."""
-        status = None
-        for _request in range(1 + ROBOTS_MAX_REDIRECTS):
-            try:
-                r = self.robots_fetcher.fetch(url)
-            except FetchError as exc:
-                if exc.reason in _HOST_FAILURES or exc.reason == "aborted":
-                    raise  # the host itself cannot be reached: its URLs fail the same way
-                return None, None
-            if r.redirect and 300 <= r.status < 400:
-                url, status = r.redirect, r.status
-                continue
-            return r.status, r.body
-        return status, b""
-
     # -- outcomes -----------------------------------------------------------------
 
     def _record(self, c: Claimed, status: int, reason: str, **fields: Any) -> bytes:
@@ -476,6 +384,10 @@ class Engine:
         )
         return encode_page(page)
 
+    def _count(self, key: str) -> None:
+        with self.stats_lock:
+            self.outcomes[key] += 1
+
     def _submit(self, c: Claimed, record: bytes) -> None:
         self.frontier.submit(Outcome(c, record))
 
@@ -491,7 +403,7 @@ class Engine:
         """A request that got no usable answer."""
         if reason == "aborted":  # the crawl is stopping: not the URL's fault, try it next run
             return _Result(Outcome(c, None, requeue=c.entry), contacted=False)
-        if reason in _HOST_FAILURES:
+        if reason in HOST_FAILURES:
             self._mark_bad(u, reason)
             return _Result(Outcome(c, self._record(c, 0, reason)))
         cfg = self.config
@@ -502,8 +414,7 @@ class Engine:
 
     def _retry(self, c: Claimed, reason: str, wait: float) -> _Result:
         """Requeue the URL with one more attempt; its host waits ``wait`` seconds."""
-        with self.stats_lock:
-            self.outcomes[f"retry:{reason}"] += 1
+        self._count(f"retry:{reason}")
         e = c.entry
         again = Pending(e.url, e.depth, e.hops, e.attempts + 1)
         return _Result(Outcome(c, None, requeue=again), time.monotonic() + wait)
@@ -522,91 +433,8 @@ class Engine:
                 wait = min(ra, cfg.max_retry_after)
             if e.attempts < cfg.max_retries:
                 return self._retry(c, f"http_{status}", wait)
-            outcome = Outcome(c, self._page(c, r, ""))
+            outcome = Outcome(c, self._record(c, status, "", **self.reader.fields(r, "")))
             return _Result(outcome, time.monotonic() + wait)
         self.scheduler.host_ok(slot)
-        links: list[tuple[bytes, Pending]] = []
-        reason = ""
-        noindex = False
-        outlinks = 0
-        keep = False  # a non-HTML body kept all the same
-        graph = b""  # the page's links, kept in its record (the link graph)
-        if 300 <= status < 400 and r.redirect:
-            if e.hops + 1 > cfg.max_redirects:
-                reason = "redirect_limit"
-            else:
-                links = self._admissible([r.redirect], e.depth, e.hops + 1, normalized=False)
-        elif status == 200:
-            ctype = r.headers.get("content-type")
-            if is_html(ctype, r.body[:512]):
-                page = extract(
-                    r.body,
-                    r.url,
-                    content_type=ctype,
-                    max_url_length=cfg.max_url_length,
-                    follow_rel_nofollow=not cfg.obey_robots,
-                    robots_meta_names=self._meta_names,
-                )
-                outlinks = len(page.links)
-                tag_nofollow, tag_noindex = robots_directives(
-                    r.headers.get("x-robots-tag", ""), self._agent
-                )
-                noindex = (page.noindex or tag_noindex) and cfg.obey_robots
-                nofollow = (page.nofollow or tag_nofollow) and cfg.obey_robots
-                graph = pack_links(page.links, page.nofollow_links, page_nofollow=nofollow)
-                if not nofollow and (cfg.max_depth is None or e.depth + 1 <= cfg.max_depth):
-                    links = self._admissible(list(page.links), e.depth + 1, 0)
-            else:
-                reason = "not_html"
-                if cfg.store_types and stores_type(cfg.store_types, content_type(r)[0]):
-                    _, noindex = robots_directives(r.headers.get("x-robots-tag", ""), self._agent)
-                    noindex = noindex and cfg.obey_robots
-                    keep = not noindex  # an archiving crawl keeps this body (--store-types)
-        record = self._page(
-            c, r, reason, outlinks=outlinks, noindex=noindex, links=graph, keep_type=keep
-        )
-        return _Result(Outcome(c, record, links=links))
-
-    def _page(
-        self, c: Claimed, r: FetchResult, reason: str, *, outlinks: int = 0, noindex: bool = False,
-        links: bytes = b"", keep_type: bool = False,
-    ) -> bytes:
-        keep_body = r.status == 200 and (not reason or keep_type) and not noindex
-        return self._record(
-            c,
-            r.status,
-            reason,
-            final_url=r.url,
-            ip=r.ip,
-            headers=dict(r.headers),
-            content_type=r.headers.get("content-type", ""),
-            redirect=r.redirect or "",
-            outlinks=outlinks,
-            truncated=r.truncate_reason or "",
-            noindex=noindex,
-            elapsed=round(r.elapsed, 6),
-            links=links,
-            body=r.body if keep_body else b"",
-        )
-
-    def _admissible(
-        self, urls: list[str], depth: int, hops: int, *, normalized: bool = True
-    ) -> list[tuple[bytes, Pending]]:
-        """The links worth submitting, keyed. ``extract()`` already returns
-        normalized URLs; a redirect's Location is normalized here."""
-        if normalized and self.scope.everything:
-            # tuple.__new__ skips the NamedTuple's Python-level __new__: a fifth of the
-            # per-link cost here, on every link of every page (most are dropped as known)
-            new = tuple.__new__
-            return [(url_key(u), new(Pending, (u, depth, hops, 0))) for u in urls]
-        out = []
-        for u in urls:
-            try:
-                if not normalized:
-                    u = normalize(u, max_length=self.config.max_url_length)
-                host = host_of(u)
-            except URLError:
-                continue
-            if self.scope.allows(u, host):
-                out.append((url_key(u), Pending(u, depth, hops)))
-        return out
+        reason, fields, links = self.reader.read(e, r)
+        return _Result(Outcome(c, self._record(c, status, reason, **fields), links=links))

@@ -37,7 +37,8 @@ so the wait cannot deadlock; after a failed commit ``submit`` no longer waits
 (nothing will be written again).
 
 Admission dedup (MainDB, PendSet, ProcessingSet, this batch) happens only in
-the committer, so two pages linking the same URL cannot both admit it.
+the committer, so two pages linking the same URL cannot both admit it; it is
+crawler.state.admission, which also writes ``urls.log``.
 
 One shard of several (a ``router`` given): step 1 also writes the links for
 other shards' hosts to the outbox (crawler.state.outbox), flushed, so they
@@ -51,36 +52,40 @@ from __future__ import annotations
 
 import collections
 import errno
-import itertools
 import logging
-import operator
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TextIO
-
-import numpy as np
 
 import kvstore
 
 from ..exceptions import DataDirError
 from ..web.urls import url_key
+from .admission import DEFAULT_RECENT_KEYS, DEFAULT_VECTOR_BATCH, Admission
+from .admission import keys_array as _keys_array
 from .outbox import Outbox
 from .pages import Pending, decode_bulk, encode_bulk
 from .shards import Router
+
+__all__ = [
+    "DEFAULT_BULK_SIZE",
+    "DEFAULT_RECENT_KEYS",
+    "DEFAULT_SYNC_INTERVAL",
+    "DEFAULT_VECTOR_BATCH",
+    "DISK_FULL_ERRNOS",
+    "RELEASE_COOLDOWN",
+    "URL_LOG_NAME",
+    "Claimed",
+    "Frontier",
+    "Outcome",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BULK_SIZE = 25
 # Seconds a bulk whose URLs were handed back (release) waits before it is claimed again.
 RELEASE_COOLDOWN = 0.5
-# Keys recently seen by admission, in two generations of up to this many each.
-# Links repeat (navigation, popular pages): most offers stop here, for the price of
-# a Python set probe instead of three store lookups (~3 us each in small batches).
-DEFAULT_RECENT_KEYS = 1 << 15
-# Admission batches of at least this many distinct keys skip the cache (see _dedup).
-DEFAULT_VECTOR_BATCH = 1024
 DEFAULT_SYNC_INTERVAL = 5.0
 URL_LOG_NAME = "urls.log"
 # errnos that mean "no space for this write" (EFBIG: a file size limit such as ulimit -f)
@@ -110,24 +115,6 @@ def _bulk_key(counter: int) -> bytes:
     return counter.to_bytes(16, "big")
 
 
-def _open_url_log(path: str) -> TextIO:
-    """``urls.log`` for appending, starting on a fresh line (a full disk may have cut
-    the last one)."""
-    cut = False
-    if os.path.exists(path) and os.path.getsize(path) > 0:
-        with open(path, "rb") as f:
-            f.seek(-1, os.SEEK_END)
-            cut = f.read(1) != b"\n"
-    log_file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by Frontier.close
-    if cut:
-        log_file.write("\n")
-    return log_file
-
-
-def _keys_array(keys: list[bytes]) -> np.ndarray:
-    return np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, 16)
-
-
 class Frontier:
     """Thread-safe: ``claim`` and ``submit`` from any thread, ``commit`` from one."""
 
@@ -142,9 +129,6 @@ class Frontier:
         router: Router | None = None,
     ) -> None:
         self.data_dir = data_dir
-        self._recent_cap = recent_keys
-        self._recent: set[bytes] = set()  # known keys (admitted or done): a key never
-        self._older: set[bytes] = set()  # stops being known, so a hit is always right
         self.bulk_size = bulk_size
         self.sync_interval = sync_interval
         os.makedirs(data_dir, exist_ok=True)
@@ -180,10 +164,13 @@ class Frontier:
         self._sync_due = threading.Event()
         self._syncer_stop = False
         self._sync_failed: BaseException | None = None
-        self.admitted = 0
         self._rebuild()
         self._failed: BaseException | None = None  # a commit failed: write nothing more
-        self._log = _open_url_log(os.path.join(data_dir, URL_LOG_NAME))
+        self._admission = Admission(
+            os.path.join(data_dir, URL_LOG_NAME),
+            (self.main, self.pend_set, self.processing),
+            recent_keys=recent_keys,
+        )
 
     def _rebuild(self) -> None:
         """PendSet and the unclaimed bulks from the live PendDB bulks (after any stop)."""
@@ -314,7 +301,7 @@ class Frontier:
         candidates += [link for o in batch for link in o.links]
         if self.outbox is not None:  # other shards' links are staged, written below
             candidates = self.outbox.route(candidates)
-        entries, new_keys = self._dedup(candidates)
+        entries, new_keys = self._admission.dedup(candidates)
         requeued = [o for o in batch if o.record is None]
         entries += [o.requeue or o.claimed.entry for o in requeued]
         new_keys += [o.claimed.key for o in requeued]
@@ -356,43 +343,6 @@ class Frontier:
                 self._qroom.notify(len(batch))
         self._maybe_sync()
         return len(batch) + len(seeds) + len(received)
-
-    def _dedup(self, candidates: list[tuple[bytes, Pending]]) -> tuple[list[Pending], list[bytes]]:
-        """The candidates never seen before (first offer of each wins), and their keys.
-
-        Order of the checks, cheapest first: this batch (a dict built in C), then
-        for a small batch the recent-keys cache (Python sets), then MainDB,
-        PendSet and ProcessingSet, each asked only about the keys the previous
-        ones did not know. A big batch skips the cache: the stores' vectorized
-        lookups cost less per key than a Python loop over it."""
-        fresh = dict(reversed(candidates))  # the first offer of a key is the one kept
-        keys = list(dict.fromkeys(map(operator.itemgetter(0), candidates)))  # in offer order
-        small = len(keys) < DEFAULT_VECTOR_BATCH
-        if small:
-            recent, older = self._recent, self._older
-            keys = [k for k in keys if k not in recent and k not in older]
-        for known_by in (self.main, self.pend_set, self.processing):
-            if not keys:
-                break
-            known = known_by.contains_many(_keys_array(keys)).tolist()
-            if small:
-                for k in itertools.compress(keys, known):
-                    self._remember(k)
-            keys = [k for k, old in zip(keys, known, strict=True) if not old]
-        if small:
-            for k in keys:
-                self._remember(k)
-        entries = [fresh[k] for k in keys]
-        if entries:
-            self._log.write("".join(e.url + "\n" for e in entries))
-            self._log.flush()
-            self.admitted += len(entries)
-        return entries, keys
-
-    def _remember(self, key: bytes) -> None:
-        if len(self._recent) >= self._recent_cap:
-            self._older, self._recent = self._recent, set()
-        self._recent.add(key)
 
     def _write_bulks(self, entries: list[Pending]) -> list[bytes]:
         if not entries:
@@ -458,6 +408,11 @@ class Frontier:
 
     # -- state ------------------------------------------------------------------
 
+    @property
+    def admitted(self) -> int:
+        """URLs admitted since this frontier was opened. Thread-safe."""
+        return self._admission.admitted
+
     def idle(self) -> bool:
         """Nothing pending, claimed, queued or unwritten: the crawl is complete."""
         with self._qlock:
@@ -497,7 +452,7 @@ class Frontier:
                 self._stop_syncer()
             except BaseException:  # noqa: BLE001 - the first failure is the one reported
                 pass
-            closings = [self._log.close, self.pend.abandon, self.main.abandon]
+            closings = [self._admission.close, self.pend.abandon, self.main.abandon]
             if self.outbox is not None:
                 closings.append(self.outbox.abandon)
             for closing in closings:
@@ -506,7 +461,7 @@ class Frontier:
                 except OSError as exc:  # the url log's buffered tail, on a full disk
                     log.warning("%s: %s", self.data_dir, exc)
             return
-        self._log.close()
+        self._admission.close()
         self.pend.close()
         self.main.close()
         if self.outbox is not None:

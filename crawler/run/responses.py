@@ -1,0 +1,129 @@
+"""What a fetched answer becomes: its page record's fields and the links worth admitting.
+
+The engine (crawler.run.engine) decides what an answer means for its host and
+for the URL's retries (429 and 5xx, backoff, Retry-After); what the answer
+becomes is read here. That reading is a job of its own: link extraction, the
+robots meta tags and X-Robots-Tag, whether the body is kept, and the scope
+check of each link. It does no I/O and holds no lock; each worker reads its
+own response, so it is thread-safe.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ..config import CrawlerConfig, Scope, stores_type
+from ..exceptions import URLError
+from ..net.fetch import FetchResult, content_type
+from ..state.pages import Pending, pack_links
+from ..web.links import extract, is_html, robots_directives
+from ..web.urls import host_of, normalize, url_key
+
+
+class Reading(NamedTuple):
+    """A read answer: the record's reason and other fields, the links to admit."""
+
+    reason: str
+    fields: dict[str, Any]  # PageRecord fields, keyword arguments of Engine._record
+    links: list[tuple[bytes, Pending]]  # (url_key, entry)
+
+
+class ResponseReader:
+    """Reads answers for one crawl's settings (``agent``: the user agent's product token)."""
+
+    __slots__ = ("config", "scope", "_agent", "_meta_names")
+
+    def __init__(self, config: CrawlerConfig, scope: Scope, agent: str) -> None:
+        self.config = config
+        self.scope = scope
+        self._agent = (agent,)
+        self._meta_names = ("robots", *self._agent)
+
+    def read(self, e: Pending, r: FetchResult) -> Reading:
+        """An answer that is neither a 429 nor a 5xx, fetched for ``e``."""
+        cfg = self.config
+        status = r.status
+        links: list[tuple[bytes, Pending]] = []
+        reason = ""
+        noindex = False
+        outlinks = 0
+        keep = False  # a non-HTML body kept all the same
+        graph = b""  # the page's links, kept in its record (the link graph)
+        if 300 <= status < 400 and r.redirect:
+            if e.hops + 1 > cfg.max_redirects:
+                reason = "redirect_limit"
+            else:
+                links = self.admissible([r.redirect], e.depth, e.hops + 1, normalized=False)
+        elif status == 200:
+            ctype = r.headers.get("content-type")
+            if is_html(ctype, r.body[:512]):
+                page = extract(
+                    r.body,
+                    r.url,
+                    content_type=ctype,
+                    max_url_length=cfg.max_url_length,
+                    follow_rel_nofollow=not cfg.obey_robots,
+                    robots_meta_names=self._meta_names,
+                )
+                outlinks = len(page.links)
+                tag_nofollow, tag_noindex = robots_directives(
+                    r.headers.get("x-robots-tag", ""), self._agent
+                )
+                noindex = (page.noindex or tag_noindex) and cfg.obey_robots
+                nofollow = (page.nofollow or tag_nofollow) and cfg.obey_robots
+                graph = pack_links(page.links, page.nofollow_links, page_nofollow=nofollow)
+                if not nofollow and (cfg.max_depth is None or e.depth + 1 <= cfg.max_depth):
+                    links = self.admissible(list(page.links), e.depth + 1, 0)
+            else:
+                reason = "not_html"
+                if cfg.store_types and stores_type(cfg.store_types, content_type(r)[0]):
+                    _, noindex = robots_directives(r.headers.get("x-robots-tag", ""), self._agent)
+                    noindex = noindex and cfg.obey_robots
+                    keep = not noindex  # an archiving crawl keeps this body (--store-types)
+        fields = self.fields(
+            r, reason, outlinks=outlinks, noindex=noindex, links=graph, keep_type=keep
+        )
+        return Reading(reason, fields, links)
+
+    @staticmethod
+    def fields(
+        r: FetchResult, reason: str, *, outlinks: int = 0, noindex: bool = False,
+        links: bytes = b"", keep_type: bool = False,
+    ) -> dict[str, Any]:
+        """The page record's fields of an answer, besides url, status, depth and reason."""
+        keep_body = r.status == 200 and (not reason or keep_type) and not noindex
+        return {
+            "final_url": r.url,
+            "ip": r.ip,
+            "headers": dict(r.headers),
+            "content_type": r.headers.get("content-type", ""),
+            "redirect": r.redirect or "",
+            "outlinks": outlinks,
+            "truncated": r.truncate_reason or "",
+            "noindex": noindex,
+            "elapsed": round(r.elapsed, 6),
+            "links": links,
+            "body": r.body if keep_body else b"",
+        }
+
+    def admissible(
+        self, urls: list[str], depth: int, hops: int, *, normalized: bool = True
+    ) -> list[tuple[bytes, Pending]]:
+        """The links worth submitting, keyed. ``extract()`` already returns
+        normalized URLs; a redirect's Location is normalized here."""
+        if normalized and self.scope.everything:
+            # tuple.__new__ skips the NamedTuple's Python-level __new__: a fifth of the
+            # per-link cost here, on every link of every page (most are dropped as known)
+            new = tuple.__new__
+            return [(url_key(u), new(Pending, (u, depth, hops, 0))) for u in urls]
+        out = []
+        for u in urls:
+            try:
+                if not normalized:
+                    u = normalize(u, max_length=self.config.max_url_length)
+                host = host_of(u)
+            except URLError:
+                continue
+            if self.scope.allows(u, host):
+                out.append((url_key(u), Pending(u, depth, hops)))
+        return out
