@@ -8,6 +8,8 @@ Usage (from the repository root; needs nginx: ``apt-get install -y nginx-light``
     python tools/bench_crawl.py --threads-test --crawlers none --no-flatness   # 5,000 threads
     python tools/bench_crawl.py --processes 1,2,3 --crawlers ours,wget --concurrency 64 \
         --repeat 1 --no-flatness          # shards side by side, wget as the C reference
+    python tools/bench_crawl.py --processes 2 --crawlers ours,ray --concurrency 64 \
+        --repeat 3 --no-flatness          # 2 Ray actors against 2 processes (the [ray] extra)
 
 Method. The fault-free test web (``SiteConfig(pages, hosts, seed=0, crawl_delay=0)``; the
 last host is HTTPS) is exported as static files and served by nginx on loopback
@@ -230,13 +232,17 @@ def run_ours(
     tag: str,
     wrapper: list[str] | None = None,
     processes: int = 1,
+    ray: bool = False,
 ) -> dict[str, Any]:
-    tag = f"p{processes}-{tag}"
+    tag = f"{'ray' if ray else 'p'}{processes}-{tag}"
     data = work / f"ours-{tag}"
     shutil.rmtree(data, ignore_errors=True)
     web = cast("TestWeb", site.web)  # crawl_command reads seed_url, nameserver and ca_file only
+    # ray: a private one-machine cluster started by the crawl (--ray local), its start-up
+    # outside crawl_s as the interpreter's is; its servers are in the process tree
+    shards = ["--ray", "local", "--shards"] if ray else ["--processes"]
     opts = ["--threads", str(n), "--per-host", str(per_host), "--delay", "0", "--timeout", "30",
-            "--processes", str(processes)]
+            *shards, str(processes)]
     cmd = crawl_command(web, data, *opts, "--quiet")
     if max_pages:
         cmd += ["--max-pages", str(max_pages)]
@@ -269,7 +275,7 @@ def run_ours(
         # the whole process tree (supervisor and shards) at its largest
         "peak_rss_bytes": m["tree_peak_rss_bytes"],
         "main_peak_rss_bytes": m["peak_rss_bytes"],
-        "crawler": "ours",
+        "crawler": "ours-ray" if ray else "ours",
         "processes": processes,
         "concurrency": n,
         "per_host": per_host,
@@ -746,10 +752,12 @@ def compare(
             per_host = args.per_host or max(1, n // 4)
             for c in crawlers:
                 tag = f"{n}-{i}"
-                if c == "ours":
+                if c in ("ours", "ray"):
                     for p in args.process_counts:
-                        r = run_ours(site, work, n, per_host, None, tag, processes=p)
-                        runs.append(_logged(f"ours -p{p}", n, i, r))
+                        r = run_ours(site, work, n, per_host, None, tag, processes=p,
+                                     ray=c == "ray")
+                        name = f"ours --ray local --shards {p}" if c == "ray" else f"ours -p{p}"
+                        runs.append(_logged(name, n, i, r))
                 elif c == "scrapy":
                     assert py is not None
                     r = run_scrapy(site, work, py, n, per_host, None, tag)
@@ -778,7 +786,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--per-host", type=int, help="per-host concurrency (default: concurrency // 4)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument(
-        "--crawlers", default="ours,scrapy", help="ours, scrapy, wget, both (ours,scrapy), none"
+        "--crawlers", default="ours,scrapy",
+        help="ours, ray (ours on a local Ray cluster, --processes as shard counts), scrapy, "
+        "wget, both (ours,scrapy), none"
     )
     p.add_argument(
         "--processes",

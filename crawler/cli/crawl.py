@@ -19,7 +19,7 @@ from ..run.status import record_end
 from ..state.settings import SETTINGS_NAME, load_settings, save_settings, settings_path
 from ..state.shards import open_layout, read_count
 from ..web.urls import normalize, origin
-from . import startopts, status
+from . import raystart, startopts, status
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,19 @@ def add_parsers(sub: Any) -> None:
         type=startopts.whole(0),
         metavar="N",
         help="stop this run after N fetches (not saved: a resume runs to the end)",
+    )
+    start.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the shards as Ray actors on a cluster: auto (the cluster this machine "
+        "joined), HOST:PORT of its head, or local (a private cluster on this machine). "
+        "Needs the [ray] extra; not saved. See docs/RAY.md",
+    )
+    start.add_argument(
+        "--shards",
+        type=startopts.whole(1),
+        metavar="N",
+        help="with --ray: how many shard actors (default as for --processes)",
     )
     start.add_argument("--quiet", action="store_true", help="no status lines, only warnings")
     startopts.add_options(start)
@@ -171,9 +184,10 @@ def cmd_start(args: argparse.Namespace) -> int:
     data_dir = args.data
     # Everything is checked before anything is written: a mistake leaves nothing behind.
     _check_data_dir(data_dir)
+    wanted = raystart.check_args(args, data_dir)
     recorded = read_count(data_dir)
-    if recorded is not None and args.processes not in (None, recorded):
-        print(f"crawler: error: {ShardCountError(data_dir, recorded, args.processes)}",
+    if recorded is not None and wanted not in (None, recorded):
+        print(f"crawler: error: {ShardCountError(data_dir, recorded, wanted)}",
               file=sys.stderr)
         return 2  # a usage error: the option does not fit this crawl
     live = status.live_pid(data_dir)
@@ -209,12 +223,12 @@ def cmd_start(args: argparse.Namespace) -> int:
     if new_seeds:
         with open(os.path.join(data_dir, SEEDS_NAME), "a", encoding="utf-8") as f:
             f.write("".join(s + "\n" for s in new_seeds))
-    count = open_layout(data_dir, args.processes)
+    count = open_layout(data_dir, wanted)
     # Every seed is offered again (dedup skips those admitted): a first run killed
     # before its seeds reached PendDB must not leave a crawl with nothing to do.
-    if count == 1:
+    if count == 1 and not args.ray:
         return _start_one(config, all_seeds)
-    return _start_shards(config, count, all_seeds, level)
+    return _start_shards(config, count, all_seeds, level, args.ray)
 
 
 # How a run ended: the key status.json keeps, and the words of the summary line.
@@ -277,11 +291,20 @@ def _start_one(config: CrawlerConfig, seeds: list[str]) -> int:
     return 0
 
 
-def _start_shards(config: CrawlerConfig, count: int, seeds: list[str], level: int) -> int:
-    """``count`` shard processes under this one, the supervisor (docs/SHARDS.md)."""
-    from ..run.supervisor import Supervisor
+def _start_shards(
+    config: CrawlerConfig, count: int, seeds: list[str], level: int, ray: str | None
+) -> int:
+    """``count`` shard processes under this one, the supervisor (docs/SHARDS.md), or
+    with ``ray``, ``count`` shard actors on that cluster (docs/RAY.md)."""
+    sup: Any
+    if ray:
+        from ..run.raydriver import RayDriver
 
-    sup = Supervisor(config, count, seeds, log_level=level)
+        sup = RayDriver(config, count, seeds, ray, log_level=level)
+    else:
+        from ..run.supervisor import Supervisor
+
+        sup = Supervisor(config, count, seeds, log_level=level)
     interrupted: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -302,6 +325,7 @@ def _start_shards(config: CrawlerConfig, count: int, seeds: list[str], level: in
         "pages_per_s": round(result.fetched / max(result.seconds, 1e-9), 1),
         "outcomes": result.outcomes,
         "shards": count,
+        **({"ray": ray} if ray else {}),
     }
     if result.error:
         record_end(config.data_dir, "failed")

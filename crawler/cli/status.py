@@ -122,6 +122,7 @@ def collect(data_dir: str) -> dict[str, Any]:
     info: dict[str, Any] = {
         "data": data_dir,
         "shards": len(dirs),
+        "absent_shards": reader.absent,
         "running": any(_running(s) for s in snaps) or _running(top),
         "recorded": recorded,
         "fetched": fetched,
@@ -151,6 +152,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     shards = f" ({info['shards']} shards)" if info["shards"] > 1 else ""
     print(f"crawl {args.data}: {info['state']}{shards}")
+    if info["absent_shards"]:
+        print(f"  not on this machine: shards {', '.join(map(str, info['absent_shards']))} "
+              "(counted below: only the shards here)")
     print(
         f"  pages recorded: {info['recorded']} over every run "
         f"({info['fetched']} fetched over HTTP, {info['not_fetched']} not fetched)"

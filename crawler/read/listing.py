@@ -75,7 +75,18 @@ class CrawlReader:
         self.dirs = shard_dirs(self.data_dir)
         if not os.path.isdir(os.path.join(self.dirs[0], "main")) and len(self.dirs) == 1:
             raise DataDirError(f"{self.data_dir}: not a crawl directory (it has no main/)")
-        self.stores: list[kvstore.Store | None] = []  # None: a shard that never ran
+        # A crawl on Ray keeps each shard on its own node's disk: the shards whose
+        # directory is not on this machine are left out, and said so.
+        self.absent = [i for i, d in enumerate(self.dirs)
+                       if len(self.dirs) > 1 and not os.path.isdir(d)]
+        if self.absent:
+            log.warning(
+                "%s: %d of %d shards are not on this machine (no %s): their pages are "
+                "left out (a crawl on Ray: read each node's shards there, docs/RAY.md)",
+                self.data_dir, len(self.absent), len(self.dirs),
+                ", ".join(os.path.basename(self.dirs[i]) for i in self.absent),
+            )
+        self.stores: list[kvstore.Store | None] = []  # None: a shard that never ran (or absent)
         try:
             for d in self.dirs:
                 path = os.path.join(d, "main")

@@ -46,12 +46,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, Any
 
 from ..config import CrawlerConfig
 from ..exceptions import CrawlerError, DataDirError
-from . import status as status_mod
+from .overview import Overview, Round, ShardTally, Summary, quiescent
 
 log = logging.getLogger(__name__)
 
@@ -67,32 +67,15 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 
 
 @dataclass
-class _Shard:
-    index: int
+class _Shard(ShardTally):
     proc: subprocess.Popen[bytes] | None = None
-    incarnation: int = 0
     started: float = 0.0
-    report: dict[str, Any] | None = None  # the latest report of this incarnation
     report_seq: int = -1
-    final: dict[str, Any] | None = None
     quick_deaths: int = 0
     restart_at: float | None = None  # when to start it again after a death
-    fetched_before: int = 0  # fetches of earlier incarnations
-    outcomes_before: dict[str, int] = field(default_factory=dict)
-    exited: bool = False  # exited for good (finished, stopped, failed)
 
 
-@dataclass
-class Summary:
-    complete: bool
-    state: str  # complete | interrupted | stopped (limit reached) | failed
-    fetched: int
-    seconds: float
-    outcomes: dict[str, int]
-    error: str | None = None
-
-
-class Supervisor:
+class Supervisor(Overview):
     """Runs the ``count`` shards of the crawl in ``config.data_dir``. ``run`` once."""
 
     def __init__(
@@ -120,24 +103,12 @@ class Supervisor:
         self._seq = 0
         self._round: Round | None = None  # the last answered round
         self._round_sent = 0.0
-        self._lock_fd = self._take_lock()
+        self._lock_fd = take_lock(self.data_dir)
         self._config_hex = pickle.dumps(config).hex()
         self._started = time.monotonic()
         self._last_status = self._started
         self._last_fetched = 0
         self._last_status_t = self._started
-
-    def _take_lock(self) -> int:
-        path = os.path.join(self.data_dir, LOCK_NAME)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise DataDirError(
-                f"{self.data_dir}: another crawl is running on this data directory"
-            ) from None
-        return fd
 
     # -- controls (signal handlers call these) ---------------------------------------------
 
@@ -265,12 +236,7 @@ class Supervisor:
                 except OSError:
                     pass
         final = s.final or {}
-        if s.report is not None or final:
-            s.fetched_before += int(final.get("fetched", (s.report or {}).get("fetched", 0)))
-            got = final.get("outcomes", (s.report or {}).get("outcomes", {}))
-            for k, v in got.items():
-                s.outcomes_before[k] = s.outcomes_before.get(k, 0) + v
-        s.report = None
+        s.retire()
         if final.get("limit") and not self._limit:
             self._limit = True
             self._stopping = True
@@ -337,91 +303,17 @@ class Supervisor:
                 self._send(s, {"cmd": "finish"})
         self._round = this
 
-    def snapshot(self) -> dict[str, Any]:
-        """The crawl's status: the shards' latest reports summed (earlier incarnations'
-        fetches and outcomes included)."""
-        reports = [s.report for s in self.shards if s.report is not None]
-        snap = status_mod.sum_snapshots(reports)
-        snap["fetched"] += sum(s.fetched_before for s in self.shards)
-        outcomes = dict(snap["outcomes"])
-        for s in self.shards:
-            for k, v in s.outcomes_before.items():
-                outcomes[k] = outcomes.get(k, 0) + v
-        snap["outcomes"] = dict(sorted(outcomes.items()))
-        snap["classes"] = status_mod.by_class(outcomes)
-        now = time.monotonic()
-        snap["pages_per_s"] = round(
-            (snap["fetched"] - self._last_fetched) / max(1e-9, now - self._last_status_t), 1
-        )
-        snap["avg_pages_per_s"] = round(snap["fetched"] / max(1e-9, now - self._started), 1)
-        snap["elapsed"] = round(now - self._started, 1)
-        snap["rss_mb"] = round(snap["rss_mb"] + status_mod.rss_bytes() / 1e6, 1)
-        snap["shards"] = self.count
-        snap["shards_up"] = len(reports)
-        snap["pid"] = os.getpid()
-        snap["running"] = True
-        snap["time"] = time.time()
-        snap["per_shard"] = [
-            {"shard": s.index, "incarnation": s.incarnation, **(s.report or {})}
-            for s in self.shards
-        ]
-        return snap
 
-    def _maybe_status(self, *, final: bool = False, initial: bool = False) -> None:
-        """Write status.json (and log the line) every status interval; ``initial``: at
-        once, unlogged, so the file says from the start that this run is on (and a
-        kill leaves "running" there, not how an earlier run ended)."""
-        now = time.monotonic()
-        if not (final or initial) and now - self._last_status < self.config.status_interval:
-            return
-        snap = self.snapshot()
-        self._last_status = self._last_status_t = now
-        self._last_fetched = snap["fetched"]
-        if final:
-            snap["running"] = False
-        elif not initial:
-            status_mod.log_status(snap)
-        try:
-            status_mod.write_status(self.data_dir, snap)
-        except OSError as exc:
-            log.warning("status.json not written: %s", exc)
-
-    def _summary(self) -> Summary:
-        fetched = sum(s.fetched_before for s in self.shards)
-        outcomes: dict[str, int] = {}
-        for s in self.shards:
-            for k, v in s.outcomes_before.items():
-                outcomes[k] = outcomes.get(k, 0) + v
-        complete = not self._stopping and all(
-            s.exited and (s.final or {}).get("complete") for s in self.shards
-        )
-        if self._error:
-            state = "failed"
-        elif complete:
-            state = "complete"
-        elif self._limit:
-            state = "stopped (limit reached)"
-        else:
-            state = "interrupted"
-        self._maybe_status(final=True)
-        return Summary(
-            complete=complete,
-            state=state,
-            fetched=fetched,
-            seconds=round(time.monotonic() - self._started, 1),
-            outcomes=dict(sorted(outcomes.items())),
-            error=self._error,
-        )
-
-
-Round = list[tuple[int, int, bool]]  # per shard: (incarnation, activity, idle)
-
-
-def quiescent(before: Round | None, after: Round) -> bool:
-    """Whether two consecutive rounds of reports (``after`` asked only once ``before``
-    was all answered) prove the crawl complete: every shard idle in both, with the same
-    incarnation and activity, so none admitted or wrote anything in between."""
-    return before is not None and before == after and all(idle for *_, idle in after)
+def take_lock(data_dir: str) -> int:
+    """Hold ``DIR/supervisor.lock`` (one driver per crawl); the fd, to close at the end."""
+    path = os.path.join(data_dir, LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DataDirError(f"{data_dir}: another crawl is running on this data directory") from None
+    return fd
 
 
 def _describe_exit(code: int) -> str:

@@ -1,0 +1,367 @@
+"""The driver of a crawl on Ray: places the shard actors, watches them, sees one crawl.
+
+Theory of operation
+-------------------
+``start --ray ADDRESS --shards N`` runs :class:`RayDriver` in the process the
+user started. It holds ``DIR/supervisor.lock`` like the process supervisor,
+connects to the cluster (``auto``, ``HOST:PORT``, or ``local`` for a private
+one-machine cluster on 127.0.0.1) and places shard i on a node: the node
+recorded for it in ``DIR/ray.json``, or, for a new crawl, the alive nodes
+round-robin in address order (recorded at once). A shard's state lives on its
+node's local disk, so a shard never moves: each actor is pinned to its node
+(NodeAffinitySchedulingStrategy, not soft).
+
+Ray restarts an actor whose worker died (``max_restarts``); its constructor
+resumes the crawl from the shard's directory, and the driver sees a new
+``token`` in its next report (a new incarnation, logged). A shard on a lost
+node *waits*: the other shards keep its links in their durable outboxes, the
+status line shows fewer shards up, and once a node with its address is alive
+again (and Ray let go of the dead actor) the driver creates it there. Nothing
+is moved off a lost node's disk, so nothing is lost; the crawl is not
+complete until every shard reported idle.
+
+Completion is decided as by the process supervisor (crawler.run.overview's
+``quiescent``: two consecutive answered rounds, every shard idle, same
+incarnation and activity). Stop and kill as there: ``stop`` sends ``stop`` to
+every actor and waits for their ends; ``kill`` kills them at once. The actors
+are owned by this driver, so if it dies Ray kills them too (as safe as a kill
+-9), and the next start on the same DIR resumes with new actors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from hashlib import md5
+from typing import Any
+
+from ..config import CrawlerConfig
+from ..exceptions import CrawlerError, DataDirError
+from .overview import Overview, Round, ShardTally, Summary, quiescent
+from .rayshard import NAMESPACE, ShardActor, actor_name
+from .supervisor import PROBE_INTERVAL, ROUND_TIMEOUT, take_lock
+
+log = logging.getLogger(__name__)
+
+PLACEMENT_NAME = "ray.json"  # crawler.cli.raystart reads it too
+MAX_RESTARTS = 20  # Ray's restarts of one shard's actor in a run
+MAX_CONCURRENCY = 32  # actor methods at once: admits from every sender, reports, controls
+WAIT_LOG_EVERY = 30.0  # seconds between "shard K is down" lines
+STOP_WAIT = 120.0  # seconds a stop waits for every shard's end before killing the rest
+
+
+@dataclass
+class _RayShard(ShardTally):
+    node: str = ""  # the node's address this shard lives on
+    actor: Any = None
+    token: str | None = None
+    down_since: float | None = None
+    logged_down: float = 0.0
+
+
+class RayDriver(Overview):
+    """Runs the ``count`` shards of the crawl in ``config.data_dir`` as Ray actors."""
+
+    def __init__(
+        self,
+        config: CrawlerConfig,
+        count: int,
+        seeds: list[str],
+        address: str,
+        *,
+        log_level: int = logging.INFO,
+        probe_interval: float = PROBE_INTERVAL,
+    ) -> None:
+        self.config = config
+        self.data_dir = config.data_dir
+        self.count = count
+        self.seeds = seeds
+        self.address = address
+        self.log_level = log_level
+        self.probe_interval = probe_interval
+        self.shards: list[_RayShard] = [_RayShard(i) for i in range(count)]
+        crawl = md5(os.path.abspath(self.data_dir).encode()).hexdigest()[:8]
+        run = uuid.uuid4().hex[:8]  # a new run never meets the last run's dying actors
+        self.names = [actor_name(crawl, run, i) for i in range(count)]
+        self._stopping = False
+        self._stop_sent = False
+        self._finishing = False
+        self._error: str | None = None
+        self._limit = False
+        self._round: Round | None = None
+        self._lock_fd = take_lock(self.data_dir)
+        self._started = time.monotonic()
+        self._last_status = self._last_status_t = self._started
+        self._last_fetched = 0
+        self._actor_class: Any = None
+
+    # -- controls ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    def kill(self) -> None:
+        import ray
+
+        for s in self.shards:
+            if s.actor is not None:
+                try:
+                    ray.kill(s.actor, no_restart=True)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+
+    # -- placing the actors -------------------------------------------------------------
+
+    def _connect(self) -> None:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # never report home
+        if self.address == "local":
+            # Ray's switch for one-machine clusters: every server binds 127.0.0.1 (read
+            # when ray is imported, so set first)
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        import ray
+
+        kwargs: dict[str, Any] = {"namespace": NAMESPACE, "configure_logging": False}
+        if self.address == "local":
+            kwargs.update(
+                address="local",
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                object_store_memory=128 << 20,  # links pass as small objects
+            )
+        else:
+            kwargs["address"] = self.address
+        try:
+            ray.init(**kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise CrawlerError(f"--ray {self.address}: cannot reach the cluster: {exc}") from None
+        self._actor_class = ray.remote(ShardActor)
+
+    def _place(self) -> None:
+        """Each shard's node: recorded in ray.json, or chosen and recorded now."""
+
+        path = os.path.join(self.data_dir, PLACEMENT_NAME)
+        try:
+            with open(path, encoding="utf-8") as f:
+                nodes = json.load(f)["nodes"]
+            if len(nodes) != self.count:
+                raise ValueError(f"{len(nodes)} shards placed, not {self.count}")
+        except FileNotFoundError:
+            alive = sorted({n["NodeManagerAddress"] for n in _alive_nodes()})
+            nodes = place(self.count, alive)
+            _write_json(path, {"format": 1, "nodes": nodes})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise DataDirError(f"{path}: unreadable: {exc}") from None
+        for s, node in zip(self.shards, nodes, strict=True):
+            s.node = node
+
+    def _create(self, s: _RayShard, now: float) -> None:
+        """Create shard ``s``'s actor on its node, if that node is alive."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ids = sorted(n["NodeID"] for n in _alive_nodes() if n["NodeManagerAddress"] == s.node)
+        if not ids:
+            self._log_down(s, now, f"its node {s.node} is not in the cluster")
+            return
+        if self.names[s.index] in ray.util.list_named_actors():
+            return  # the dead one's name is not released yet
+        s.actor = self._actor_class.options(
+            name=self.names[s.index],
+            max_restarts=MAX_RESTARTS,
+            max_task_retries=0,
+            max_concurrency=MAX_CONCURRENCY,
+            num_cpus=0,  # a shard is threads waiting on the network; never unschedulable
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ids[0], soft=False),
+        ).remote(self.config, s.index, self.count, self.names, self.seeds, self.log_level)
+        if self._finishing:
+            s.actor.finish.remote()
+
+    def _log_down(self, s: _RayShard, now: float, why: str) -> None:
+        if s.down_since is None:
+            s.down_since = now
+        if now - s.logged_down >= WAIT_LOG_EVERY:
+            s.logged_down = now
+            log.warning("shard %d is down for %.0f s (%s); its links wait in the others' "
+                        "outboxes", s.index, now - s.down_since, why)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self) -> Summary:
+        try:
+            self._connect()
+            # the crawl's clock starts once the cluster is reached (as a process crawl's
+            # starts after the interpreter's start-up): pages/s is the crawl's, not Ray's
+            self._started = self._last_status = self._last_status_t = time.monotonic()
+            self._place()
+            now = time.monotonic()
+            for s in self.shards:
+                self._create(s, now)
+            self._maybe_status(initial=True)
+            stop_deadline = None
+            while not all(s.exited for s in self.shards):
+                round_started = time.monotonic()
+                if self._stopping and not self._stop_sent:
+                    self._stop_sent = True
+                    stop_deadline = round_started + STOP_WAIT
+                    for s in self.shards:
+                        if s.actor is not None:
+                            s.actor.stop.remote()
+                        else:
+                            s.exited = True
+                if stop_deadline is not None and round_started > stop_deadline:
+                    log.warning("shards did not stop in %.0f s: killing them", STOP_WAIT)
+                    break
+                self._probe()
+                self._maybe_status()
+                time.sleep(max(0.0, self.probe_interval - (time.monotonic() - round_started)))
+        finally:
+            self.kill()
+            os.close(self._lock_fd)
+        summary = self._summary()
+        _shutdown()
+        return summary
+
+    def _probe(self) -> None:
+        """One round of reports; completion on two consecutive all-answered rounds."""
+        import ray
+
+        now = time.monotonic()
+        asked = {}
+        for s in self.shards:
+            if s.exited:
+                continue
+            if s.actor is None:
+                self._create(s, now)
+                continue
+            asked[s.index] = s.actor.report.remote()
+        ready, _ = ray.wait(list(asked.values()), num_returns=len(asked), timeout=ROUND_TIMEOUT)
+        done = set(ready)
+        answered = 0
+        for index, ref in asked.items():
+            s = self.shards[index]
+            try:
+                if ref not in done:
+                    raise TimeoutError("no answer in time")
+                got = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - restarting, dead, or unreachable
+                s.report = None
+                self._log_down(s, now, type(exc).__name__)
+                if self._gone(s):
+                    s.actor = None  # created again once its node is there
+                continue
+            s.down_since = None
+            self._take(s, got)
+            answered += 1
+        if answered == len(self.shards) and not any(s.exited for s in self.shards):
+            self._evaluate()
+        else:
+            self._round = None
+
+    def _gone(self, s: _RayShard) -> bool:
+        """Whether Ray gave up on ``s``'s actor (no restart left, or its node lost)."""
+        import ray
+
+        try:
+            return self.names[s.index] not in ray.util.list_named_actors()
+        except Exception:  # noqa: BLE001 - the cluster itself is unreachable: wait
+            return False
+
+    def _take(self, s: _RayShard, got: dict[str, Any]) -> None:
+        if got["token"] != s.token:
+            if s.token is not None:
+                s.retire()
+                log.warning("shard %d was restarted by Ray (now pid %d)", s.index, got["pid"])
+            s.token = got["token"]
+            s.incarnation += 1
+        if got["final"] is not None:
+            s.final = got["final"]
+            s.exited = True
+            s.retire()
+            if s.final.get("error"):
+                self._fail(f"shard {s.index}: {s.final['error']}")
+            elif s.final.get("limit"):
+                self._reached_limit(s)
+            return
+        if got["error"]:
+            s.exited = True
+            self._fail(f"shard {s.index}: {got['error']}")
+            return
+        s.report = got["report"]
+        if s.report is not None:
+            s.report["pid"] = got["pid"]
+            if s.report.get("limit"):
+                self._reached_limit(s)
+
+    def _reached_limit(self, s: _RayShard) -> None:
+        if not self._limit:
+            self._limit = True
+            log.info("shard %d used its share of --max-pages: stopping", s.index)
+            self._stopping = True
+
+    def _fail(self, error: str) -> None:
+        if self._error is None:
+            self._error = error
+            log.error("%s", error)
+        self._stopping = True
+
+    def _evaluate(self) -> None:
+        if self._finishing or self._stopping:
+            return
+        this = [
+            (s.incarnation, int(s.report["activity"]), bool(s.report["idle"]))
+            for s in self.shards
+            if s.report is not None
+        ]
+        if len(this) == len(self.shards) and quiescent(self._round, this):
+            self._finishing = True
+            log.debug("every shard idle twice in a row with nothing between: finishing")
+            for s in self.shards:
+                if s.actor is not None:
+                    s.actor.finish.remote()
+        self._round = this
+
+
+def place(count: int, nodes: list[str]) -> list[str]:
+    """Shard i -> node address: ``nodes`` (sorted) round-robin."""
+    if not nodes:
+        raise CrawlerError("the Ray cluster has no alive node")
+    return [nodes[i % len(nodes)] for i in range(count)]
+
+
+def _alive_nodes() -> list[dict[str, Any]]:
+    import ray
+
+    return [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _shutdown() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def run_on_ray(
+    config: CrawlerConfig, count: int, seeds: list[str], address: str,
+    *, log_level: int = logging.INFO,
+) -> Summary:
+    """Run a crawl on Ray to its end; raises CrawlerError if a shard failed for good."""
+    driver = RayDriver(config, count, seeds, address, log_level=log_level)
+    summary = driver.run()
+    if summary.error:
+        raise CrawlerError(summary.error)
+    return summary

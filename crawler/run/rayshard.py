@@ -1,0 +1,188 @@
+"""A shard as a Ray actor: the same ShardRunner a shard process drives, over a Ray link exchange.
+
+Theory of operation
+-------------------
+:class:`ShardActor` is made a Ray actor by the driver (crawler.run.raydriver,
+``ray.remote(**options)(ShardActor)``), so this module imports without Ray
+installed until an actor is built. Its constructor opens shard ``index``'s
+engine over ``DIR/shard-NN`` on its node's local disk, serves the exchange
+and starts the crawl in a thread of its own, so a restart by Ray (which runs
+the constructor again with the same arguments) resumes the crawl from that
+directory with no call from the driver.
+
+Its methods are the shard's controls: :meth:`admit` (a batch of links from
+another shard; returns once durable here, raises to refuse), :meth:`report`
+(the status snapshot of ShardRunner.report plus this incarnation's ``token``
+and, once its run ended, ``final``), :meth:`finish`, :meth:`stop` and
+:meth:`pid` (for tests and operators: the worker process to kill).
+
+:class:`RayExchange` is the link exchange over actor calls: ``send`` is
+``ray.get(actor.admit.remote(payload), timeout)``, each actor found by its
+name (the driver names them per run: ``<crawl>-<run>-NN`` in the ``kvcrawl``
+namespace). A payload is one PendDB bulk of up to 5,000 URLs, so a call's
+~0.2 ms is paid per thousands of links. Any Ray failure (the actor
+restarting, dead, not created yet, no answer in time) is an ExchangeError:
+the Forwarder keeps the batch in its outbox and retries, the same at-least-
+once delivery as over Unix sockets.
+
+The actor runs its methods in a thread pool (``max_concurrency``), so admits
+from several senders and the driver's reports run side by side with the
+crawl's own threads. It relies on the GIL no more than the engine does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from ..config import CrawlerConfig
+from ..exceptions import CrawlerError, ExchangeError
+from ..state.shards import ShardPlace, open_layout
+from .exchange import DEFAULT_TIMEOUT, Admit, LinkExchange
+from .shard import EXIT_CRASHED, ShardRunner
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "kvcrawl"
+
+
+def actor_name(crawl: str, run: str, index: int) -> str:
+    return f"{crawl}-{run}-{index:02d}"
+
+
+class RayExchange(LinkExchange):
+    """Shards as named Ray actors (``names[i]`` is shard i's)."""
+
+    def __init__(self, names: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.names = list(names)
+        self.timeout = timeout
+        self._handles: dict[int, Any] = {}
+        self._admit: Admit | None = None
+        self._closed = False
+
+    def serve(self, index: int, admit: Admit) -> None:
+        self._admit = admit
+
+    def admit(self, payload: bytes) -> None:
+        """The actor's ``admit``: refused (raises) until served or once closed."""
+        admit = self._admit
+        if admit is None or self._closed:
+            raise ExchangeError(-1, "not accepting batches")
+        admit(payload)
+
+    def send(self, dest: int, payload: bytes) -> None:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        if self._closed:
+            raise ExchangeError(dest, "the exchange is closed")
+        try:
+            handle = self._handles.get(dest)
+            if handle is None:
+                handle = self._handles[dest] = ray.get_actor(
+                    self.names[dest], namespace=NAMESPACE
+                )
+            ray.get(handle.admit.remote(payload), timeout=self.timeout)
+        except ValueError as exc:  # no actor of that name (not created yet, or gone)
+            raise ExchangeError(dest, f"no actor {self.names[dest]}: {exc}") from exc
+        except GetTimeoutError as exc:
+            raise ExchangeError(dest, f"no answer in {self.timeout:.0f} s") from exc
+        except RayError as exc:  # restarting, dead, or its admit refused the batch
+            self._handles.pop(dest, None)
+            raise ExchangeError(dest, f"{type(exc).__name__}: {_first_line(exc)}") from exc
+
+    def close(self) -> None:
+        self._closed = True
+        self._handles.clear()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+class ShardActor:
+    """Shard ``index`` of ``count`` of the crawl ``config`` describes (``config.data_dir``:
+    the crawl's top directory, the same path on every node)."""
+
+    def __init__(
+        self,
+        config: CrawlerConfig,
+        index: int,
+        count: int,
+        names: Sequence[str],
+        seeds: Sequence[str],
+        log_level: int = logging.INFO,
+    ) -> None:
+        place = ShardPlace(index, count)
+        logging.basicConfig(
+            level=log_level,
+            stream=sys.stderr,
+            format=f"%(asctime)s %(levelname)s shard-{index:02d} %(name)s: %(message)s",
+        )
+        self.token = uuid.uuid4().hex  # this incarnation: a restart is a new token
+        self.error: str | None = None
+        self.final: dict[str, Any] | None = None
+        self.exchange = RayExchange(names)
+        self.runner: ShardRunner | None = None
+        try:
+            # this node's copy of the layout: pages/export on this node read it
+            open_layout(config.data_dir, count)
+            self.runner = ShardRunner(config, place, self.exchange, seeds)
+        except (CrawlerError, OSError) as exc:  # a bad directory: say it, do not crash-loop
+            log.error("shard %d: %s", index, exc)
+            self.error = str(exc)
+            return
+        threading.Thread(target=self._run, name="shard-run", daemon=True).start()
+
+    def _run(self) -> None:
+        assert self.runner is not None
+        try:
+            complete = self.runner.run()
+        except CrawlerError as exc:
+            log.error("%s", exc)
+            self.error = str(exc)
+            self.final = {**self.runner.final(False), "error": str(exc)}
+            return
+        except Exception:  # noqa: BLE001 - a bug: die so that Ray restarts the shard
+            log.exception("shard %d: unexpected error", self.runner.place.index)
+            logging.shutdown()
+            os._exit(EXIT_CRASHED)
+        self.final = self.runner.final(complete)
+
+    def admit(self, payload: bytes) -> None:
+        self.exchange.admit(payload)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "pid": os.getpid(),
+            "error": self.error,
+            "final": self.final,
+            "report": self._report(),
+        }
+
+    def _report(self) -> dict[str, Any] | None:
+        runner = self.runner
+        if runner is None or self.final is not None:
+            return None
+        try:
+            return runner.report()
+        except Exception:  # noqa: BLE001 - its run is closing the engine: no report this round
+            return None
+
+    def finish(self) -> None:
+        if self.runner is not None:
+            self.runner.finish()
+
+    def stop(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
+
+    def pid(self) -> int:
+        return os.getpid()
