@@ -32,9 +32,12 @@ longer than a socket address allows is reached through ``/proc/self/fd`` of
 its directory (Linux).
 
 :class:`Forwarder`: a thread that empties the outbox. A destination's records
-go as one message once they hold ``batch_urls`` URLs or the oldest has waited
-``linger`` seconds; the records are deleted (``Outbox.ack``) only after the
-owner answered. A destination that fails is retried with a doubling backoff.
+go as one message once they hold ``batch_urls`` URLs (the exchange's
+``max_batch_urls`` at most) or the oldest has waited ``linger`` seconds; the
+records are deleted (``Outbox.ack``) only after the owner answered. A
+destination that fails is retried with a doubling backoff. One message at a
+time: sending to several destinations at once was tried and made messages
+smaller and the crawl slower on two cores (docs/SCALE.md).
 
 Thread safety: ``send`` from any thread (one connection per destination,
 under a lock); ``admit`` runs in the exchange's connection threads.
@@ -61,6 +64,7 @@ SOCKET_NAME = "inbox.sock"
 DEFAULT_TIMEOUT = 60.0  # seconds for a connect, or for the owner to make a batch durable
 DEFAULT_BATCH_URLS = 5000  # URLs a message carries at most (fewer after ``linger``)
 DEFAULT_LINGER = 0.1  # seconds a record may wait for more before it is sent alone
+MAX_LINGER = 5.0  # the linger of a crawl of many shards (linger_for) stays below this
 MAX_BACKOFF = 5.0  # seconds between tries to a shard that is down
 MAX_PAYLOAD = 256 << 20
 _MAGIC = b"KVLX"
@@ -71,8 +75,17 @@ _MAX_SUN_PATH = 100  # sockaddr_un holds 108 bytes on Linux, fewer elsewhere
 Admit = Callable[[bytes], None]
 
 
+def linger_for(count: int) -> float:
+    """How long a link may wait for company in a crawl of ``count`` shards: 0.1 s up to
+    8 shards, then growing with the count, since a shard's links spread over ``count -
+    1`` destinations and each message should still carry many (docs/SCALE.md)."""
+    return min(MAX_LINGER, DEFAULT_LINGER * max(1.0, count / 8))
+
+
 class LinkExchange(ABC):
     """How batches of links travel between shards (see the module docstring)."""
+
+    max_batch_urls = DEFAULT_BATCH_URLS  # URLs one message carries at most
 
     @abstractmethod
     def serve(self, index: int, admit: Admit) -> None:
@@ -267,7 +280,7 @@ class Forwarder:
     ) -> None:
         self.outbox = outbox
         self.exchange = exchange
-        self.batch_urls = batch_urls
+        self.batch_urls = min(batch_urls, exchange.max_batch_urls)
         self.linger = linger
         self.sent_batches = 0
         self.sent_urls = 0

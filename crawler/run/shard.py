@@ -49,7 +49,7 @@ from ..exceptions import CrawlerError, DataDirError
 from ..state.pages import decode_bulk
 from ..state.shards import ShardPlace, shard_dir
 from .engine import Engine
-from .exchange import SOCKET_NAME, Forwarder, LinkExchange, UnixExchange
+from .exchange import SOCKET_NAME, Forwarder, LinkExchange, UnixExchange, linger_for
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class ShardRunner:
             self.engine.add_seeds(list(seeds))
             outbox = self.engine.frontier.outbox
             assert outbox is not None, "a shard of one has nothing to exchange"
-            self.forwarder = Forwarder(outbox, exchange)
+            self.forwarder = Forwarder(outbox, exchange, linger=linger_for(place.count))
             self.received_batches = 0
             self.received_urls = 0
             self._counts_lock = threading.Lock()

@@ -16,7 +16,13 @@ from crawl_helpers import REPO
 
 import kvstore
 from crawler.exceptions import DataDirError, ExchangeError, ShardCountError
-from crawler.run.exchange import Forwarder, UnixExchange
+from crawler.run.exchange import (
+    DEFAULT_LINGER,
+    MAX_LINGER,
+    Forwarder,
+    UnixExchange,
+    linger_for,
+)
 from crawler.state.frontier import Frontier
 from crawler.state.outbox import Outbox
 from crawler.state.pages import Pending, decode_bulk
@@ -335,3 +341,54 @@ def test_a_shard_with_links_to_hand_over_is_not_idle(tmp_path: Path) -> None:
         assert not engine.idle()  # until its owner has it
     finally:
         engine.close()
+
+
+class _Collecting(UnixExchange):
+    """An exchange that keeps what it is handed (the sink of a Forwarder under test), with
+    a message cap of its own, as RayExchange has."""
+
+    max_batch_urls = 100
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.payloads: list[bytes] = []
+
+    def send(self, dest: int, payload: bytes) -> None:
+        self.payloads.append(payload)
+
+
+def test_a_message_never_carries_more_than_its_exchange_takes(tmp_path: Path) -> None:
+    open_layout(str(tmp_path), 2)
+    theirs = host_of_shard(1, 2)
+    sender = Frontier(shard_dir(str(tmp_path), 0, 2), router=Router(ShardPlace(0, 2)))
+    assert sender.outbox is not None
+    sink = _Collecting()
+    fwd = Forwarder(sender.outbox, sink, batch_urls=5000, linger=0.0)
+    for part in range(5):  # five records of 40: messages of at most 100 URLs each
+        sender.add_seeds([Pending(f"http://{theirs}/{part}/{i}") for i in range(40)])
+        sender.commit()
+    while not sender.outbox.empty():
+        fwd.forward()
+    sizes = [len(decode_bulk(p)) for p in sink.payloads]
+    assert sum(sizes) == 200 and max(sizes) <= 100 and len(sizes) >= 2, sizes
+    sender.close()
+
+
+def test_the_linger_grows_with_the_shard_count_and_is_bounded() -> None:
+    assert linger_for(1) == linger_for(8) == DEFAULT_LINGER
+    assert DEFAULT_LINGER < linger_for(16) < linger_for(64) < linger_for(400) == MAX_LINGER
+    assert linger_for(100_000) == MAX_LINGER
+
+
+def test_the_ray_driver_probes_many_shards_less_often(tmp_path: Path) -> None:
+    from crawler.config import CrawlerConfig
+    from crawler.run.raydriver import RayDriver
+    from crawler.run.supervisor import PROBE_INTERVAL
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    few = RayDriver(CrawlerConfig(data_dir=str(tmp_path / "a")), 4, [], "local")
+    os.close(few._lock_fd)
+    many = RayDriver(CrawlerConfig(data_dir=str(tmp_path / "b")), 800, [], "local")
+    os.close(many._lock_fd)
+    assert few.probe_interval == PROBE_INTERVAL and many.probe_interval == pytest.approx(2.0)
