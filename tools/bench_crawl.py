@@ -6,6 +6,7 @@ Usage (from the repository root; needs nginx: ``apt-get install -y nginx-light``
     python tools/bench_crawl.py --pages 2000 --hosts 5 --concurrency 8 --repeat 1   # a quick look
     python tools/bench_crawl.py --crawlers ours --no-flatness --profile
     python tools/bench_crawl.py --threads-test --crawlers none --no-flatness   # 5,000 threads
+    python tools/bench_crawl.py --threads-test --crawlers none --no-flatness --tt-processes 2
     python tools/bench_crawl.py --processes 1,2,3 --crawlers ours,wget --concurrency 64 \
         --repeat 1 --no-flatness          # shards side by side, wget as the C reference
     python tools/bench_crawl.py --processes 2 --crawlers ours,ray --concurrency 64 \
@@ -657,6 +658,8 @@ def threads_test(
         str(args.tt_slow),
         "--max-pages",
         str(args.tt_max_pages),
+        "--processes",
+        str(args.tt_processes),
     ]
     out, err = work / "threads.out", work / "threads.err"
     log("threads test: " + " ".join(cmd[1:]))
@@ -674,16 +677,19 @@ def threads_test(
             if "crawler start" in d["cmd"] or "crawler.run.shard" in d["cmd"])
     ]
     per_page = cpu_s_per_page or r["cpu_s"] / max(1, r["fetched"])
-    ideal = min(args.tt_threads / args.tt_slow, 1 / per_page)
+    # the CPU bound: one core per shard process (each has its own GIL), at most the cores
+    cores = min(args.tt_processes, os.cpu_count() or 1)
+    ideal = min(args.tt_threads / args.tt_slow, cores / per_page)
     return {
         "threads": args.tt_threads,
+        "processes": args.tt_processes,
         "slow": args.tt_slow,
         "pages": args.tt_pages,
         "hosts": args.tt_hosts,
         "fetched": r["fetched"],
         "pages_per_s": r["pages_per_s"],
         "latency_bound": args.tt_threads / args.tt_slow,
-        "cpu_bound": 1 / per_page,
+        "cpu_bound": cores / per_page,
         "cpu_s_per_page_used": per_page,
         "ideal_pages_per_s": ideal,
         "achieved_over_ideal": r["pages_per_s"] / ideal,
@@ -820,6 +826,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tt-hosts", type=int, default=1000)
     p.add_argument("--tt-slow", type=float, default=1.0)
     p.add_argument("--tt-max-pages", type=int, default=10_000)
+    p.add_argument("--tt-processes", type=int, default=1,
+                   help="shards of the threads test (--tt-threads is their total)")
     p.add_argument(
         "--workdir",
         type=Path,
