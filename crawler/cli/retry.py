@@ -123,6 +123,9 @@ def cmd_retry(args: argparse.Namespace) -> int:
     verb = "would re-queue" if args.dry_run else "re-queued"
     hosts = f", {_count(report.hosts_cleared, 'bad host')} " + (
         "to clear" if args.dry_run else "cleared")
+    if report.robots_cleared:
+        hosts += f", {_count(report.robots_cleared, 'kept robots.txt answer')} " + (
+            "to forget" if args.dry_run else "forgotten")
     shards = f" in {report.shards} shards" if report.shards > 1 else ""
     print(f"retry {data}: {verb} {_count(report.requeued, what)}{shards}{hosts}")
     width = max(len(k) for k in report.counts)

@@ -7,7 +7,10 @@ must be pending again. :func:`requeue` does that for the records a
 shard's PendDB: the shard owns the host), and clears the BadHosts entries of
 their hosts (otherwise a ``tls`` or ``connect_refused`` host would stay bad
 until its retry time and its URLs would be recorded ``bad_host:...`` again
-without a request).
+without a request). For a record that robots.txt decided (``robots_*``), the
+host's kept robots.txt answer (crawler.state.robotsstore, trusted 24 h) is
+forgotten too: a retry after the site changed its robots.txt must read the new
+one, not be refused again by the old.
 
 Theory of operation
 -------------------
@@ -17,7 +20,8 @@ records, in this order:
 
 1. new bulks holding their URLs (the original depth; no attempts, no redirect
    hops: a fresh retry budget) are written to PendDB, flushed and fsynced;
-2. the BadHosts entries of their hosts are deleted, flushed and fsynced;
+2. the BadHosts entries of their hosts, and the kept robots.txt answers of
+   their origins (robots_* records only), are deleted, flushed and fsynced;
 3. their MainDB records are deleted, flushed (fsynced once at the end).
 
 Deleting a record before its bulk is written would leave the URL in neither
@@ -60,10 +64,11 @@ import numpy as np
 import kvstore
 
 from ..exceptions import CrawlerError, DataDirError, URLError
-from ..web.urls import host_key, host_of, url_key
+from ..web.urls import host_key, host_of, parse, url_key
 from .badhosts import BAD_HOSTS_NAME
 from .frontier import DEFAULT_BULK_SIZE
 from .pages import PageRecord, Pending, decode_bulk, decode_page, encode_bulk
+from .robotsstore import ROBOTS_STORE_NAME, store_key
 from .shards import shard_dirs
 
 log = logging.getLogger(__name__)
@@ -142,6 +147,7 @@ class RetryReport:
 
     counts: Counter[str] = field(default_factory=Counter)  # re-queued records by outcome key
     hosts_cleared: int = 0  # BadHosts entries deleted (dry: that would be)
+    robots_cleared: int = 0  # kept robots.txt answers forgotten (dry: that would be)
     already_pending: int = 0  # URLs found in a live bulk already (an interrupted retry)
     damaged: int = 0  # records that could not be read, left alone
     shards: int = 1
@@ -173,6 +179,8 @@ class _Shard:
             self.main = self._open(MAIN_NAME)  # first, as the frontier: a crawl holds it
             self.pend = self._open(PEND_NAME)
             self.bad = self._open(BAD_HOSTS_NAME)
+            has_robots = os.path.isdir(os.path.join(data_dir, ROBOTS_STORE_NAME))
+            self.robots = self._open(ROBOTS_STORE_NAME) if has_robots else None
             if self.pend is not None:
                 top = -1
                 for bk in self.pend:
@@ -231,7 +239,7 @@ def requeue(data_dir: str, selection: Selection, *, dry_run: bool = False,
 
 def _requeue_shard(shard: _Shard, selection: Selection, report: RetryReport, chunk: int) -> None:
     batch: list[tuple[bytes, PageRecord]] = []
-    cleared: set[bytes] = set()
+    cleared: set[bytes] = set()  # BadHosts and robots store keys already deleted
     main = shard.main
     assert main is not None  # dirs were chosen for their main/
     for key in main:
@@ -272,6 +280,9 @@ def _write_chunk(shard: _Shard, batch: list[tuple[bytes, PageRecord]], report: R
     to_clear = [h for h in hosts - cleared if bad is not None and h in bad]
     cleared.update(to_clear)
     report.hosts_cleared += len(to_clear)
+    kept = _robots_answers(shard, batch) - cleared
+    cleared.update(kept)
+    report.robots_cleared += len(kept)
     if shard.readonly:
         return
     assert shard.pend is not None and shard.bad is not None and shard.main is not None
@@ -288,6 +299,26 @@ def _write_chunk(shard: _Shard, batch: list[tuple[bytes, PageRecord]], report: R
         for h in to_clear:
             del shard.bad[h]
         shard.bad.sync()
+    if kept and shard.robots is not None:  # ... and the robots.txt answers that refused them
+        for k in kept:
+            del shard.robots[k]
+        shard.robots.sync()
     for k in keys:  # 3. their records, gone
         del shard.main[k]
     shard.main.flush()
+
+
+def _robots_answers(shard: _Shard, batch: list[tuple[bytes, PageRecord]]) -> set[bytes]:
+    """The robots store's keys of the kept answers that decided the ``robots_*`` records
+    of ``batch``."""
+    store = shard.robots
+    if store is None:
+        return set()
+    keys = set()
+    for _, page in batch:
+        if page.reason.startswith("robots_"):
+            try:
+                keys.add(store_key(parse(page.url).robots_key))
+            except URLError:
+                continue
+    return {k for k in keys if k in store}

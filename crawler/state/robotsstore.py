@@ -33,8 +33,12 @@ ROBOTS_STORE_NAME = "robots"
 _HEAD = struct.Struct("<dH")
 
 
-def _key(robots_key: str) -> bytes:
+def store_key(robots_key: str) -> bytes:
+    """The store's key for a robots key (``scheme://host:port``)."""
     return hashlib.md5(robots_key.encode("utf-8")).digest()
+
+
+_key = store_key
 
 
 def keeps(status: int | None) -> bool:

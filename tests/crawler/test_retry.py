@@ -33,8 +33,9 @@ from crawler.run.hints import HINTS, REASONS, explain, family, resume_flags
 from crawler.state.frontier import Frontier
 from crawler.state.pages import PageRecord, Pending, decode_bulk, encode_bulk, encode_page
 from crawler.state.retry import Selection, is_failure
+from crawler.state.robotsstore import store_key
 from crawler.state.shards import owner
-from crawler.web.urls import host_key, host_of, url_key
+from crawler.web.urls import host_key, host_of, parse, url_key
 from tools.testweb import SiteConfig, TestWeb, fault
 
 Web = Callable[..., TestWeb]
@@ -182,6 +183,37 @@ def test_only_the_selected_reasons_are_requeued_and_then_fetched(
     assert "tls" not in after and "bad_host:tls" not in after
 
 
+def kept_robots(data: Path) -> set[bytes]:
+    """The keys of the robots.txt answers the crawl keeps (robots/)."""
+    with kvstore.open(data / "robots", readonly=True) as store:
+        return set(store)
+
+
+def test_a_robots_retry_forgets_the_kept_robots_answers_that_refused(
+    tls_crawl: TLSCrawl, tmp_path: Path
+) -> None:
+    web, pristine, _ = tls_crawl
+    data = copy_of(pristine, tmp_path)
+    before = records(data)
+    refused = {u for u, r in before.items() if r.reason == "robots_disallowed"}
+    origins = {parse(u).robots_key for u in refused}
+    kept = kept_robots(data)
+    assert origins and {store_key(o) for o in origins} < kept  # others are kept too
+    rc, out, _ = retry(data, "--reason", "robots_disallowed", "--dry-run")
+    assert rc == 0 and f"{len(origins)} kept robots.txt answer" in out and "to forget" in out
+    assert kept_robots(data) == kept
+    rc, out, err = retry(data, "--reason", "robots_disallowed")
+    assert rc == 0, err
+    assert f"{len(origins)} kept robots.txt answer" in out and "forgotten" in out
+    assert kept_robots(data) == kept - {store_key(o) for o in origins}
+    web.reset()
+    crawl(start_args(web, data, "--allow-private-ips"))
+    # their robots.txt is read again (the site may have changed it), and only theirs
+    again = {r.host for r in web.log.records() if r.path == "/robots.txt"}
+    assert again == {host_of(u) for u in refused}
+    assert {u for u, r in records(data).items() if r.reason == "robots_disallowed"} == refused
+
+
 def _bulk_depths(data: Path) -> dict[str, int]:
     out: dict[str, int] = {}
     with kvstore.open(data / "pend", readonly=True) as pend:
@@ -206,18 +238,26 @@ def _bulk_depths(data: Path) -> dict[str, int]:
     ],
 )
 def test_dry_run_counts_what_the_selection_takes_and_changes_nothing(
-    tls_crawl: TLSCrawl, tmp_path: Path, args: list[str], want: set[str]
+    tls_crawl: TLSCrawl, tmp_path: Path, args: list[str], want: set[str],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     data = copy_of(tls_crawl[1], tmp_path)
     kinds = Counter(outcome(r) for r in records(data).values())
     before = store_bytes(data)
-    rc, out, err = retry(data, "--dry-run", *args)
+
+    def retry_here(*extra: str) -> tuple[int, str, str]:  # the CLI in-process: 9 cases
+        capsys.readouterr()
+        rc = main(["retry", str(data), *extra])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    rc, out, err = retry_here("--dry-run", *args)
     assert rc == 0, err
     assert counts_of(out) == {k: kinds[k] for k in want}
     assert "would re-queue" in out.splitlines()[0] and "resume:" not in out
     assert store_bytes(data) == before  # not a byte changed, no file added
 
-    rc, real, err = retry(data, *args)  # the real run does what the dry run said
+    rc, real, err = retry_here(*args)  # the real run does what the dry run said
     assert rc == 0, err
     assert counts_of(real) == counts_of(out)
     assert Counter(outcome(r) for r in records(data).values()) == kinds - Counter(counts_of(out))
