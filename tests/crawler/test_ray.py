@@ -264,7 +264,7 @@ def test_kill9_of_actors_ray_restarts_them_and_nothing_is_lost(
                            "--status-interval", "0.2"), env, log)
     kills: list[tuple[int, float, float]] = []  # (shard, kill instant, its death seen)
     try:
-        for shard in (0, 1, 0):
+        for shard in (0, 1):
             wait_until(lambda: len(shard_pids(data, count)) == count, "every actor up", 120)
             pid = shard_pids(data, count)[shard]
             target = answered(web) + 150
@@ -334,6 +334,23 @@ def test_the_driver_killed_takes_its_actors_and_a_restart_resumes(
     assert fetched_urls(data) == want
     refetched = sum(refetches_by_shard(web, count).values())
     assert refetched <= open_during(web, set(range(count)), count, t, gone) + count * THREADS
+
+
+def test_a_shard_that_cannot_open_its_directory_fails_the_crawl_and_is_not_restarted(
+    testweb: TestWeb, tmp_path: Path, ray_head: tuple[str, dict[str, str]]
+) -> None:
+    data = tmp_path / "c"
+    data.mkdir()
+    (data / "shards.json").write_text('{"format": 1, "shards": 2}\n')
+    (data / "shard-01").write_text("a file where the shard's directory goes\n")
+    address, env = ray_head
+    done = subprocess.run(ray_args(testweb, data, address, 2), cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("crawler: error: shard 1: "), done.stderr[-3000:]
+    assert "was restarted by Ray" not in done.stderr
+    assert status_json(data)["running"] is False
 
 
 def test_ray_options_are_checked_before_anything_is_written(
