@@ -172,14 +172,18 @@ class RayDriver(Overview):
             return
         if self.names[s.index] in ray.util.list_named_actors():
             return  # the dead one's name is not released yet
-        s.actor = self._actor_class.options(
-            name=self.names[s.index],
-            max_restarts=MAX_RESTARTS,
-            max_task_retries=0,
-            max_concurrency=MAX_CONCURRENCY,
-            num_cpus=0,  # a shard is threads waiting on the network; never unschedulable
-            scheduling_strategy=NodeAffinitySchedulingStrategy(ids[0], soft=False),
-        ).remote(self.config, s.index, self.count, self.names, self.seeds, self.log_level)
+        try:
+            s.actor = self._actor_class.options(
+                name=self.names[s.index],
+                max_restarts=MAX_RESTARTS,
+                max_task_retries=0,
+                max_concurrency=MAX_CONCURRENCY,
+                num_cpus=0,  # a shard is threads waiting on the network; never unschedulable
+                scheduling_strategy=NodeAffinitySchedulingStrategy(ids[0], soft=False),
+            ).remote(self.config, s.index, self.count, self.names, self.seeds, self.log_level)
+        except ValueError as exc:  # the name is still taken (Ray has not let go of it)
+            self._log_down(s, now, str(exc))
+            return
         if self._finishing:
             s.actor.finish.remote()
 
@@ -241,6 +245,9 @@ class RayDriver(Overview):
                 self._create(s, now)
                 continue
             asked[s.index] = s.actor.report.remote()
+        if not asked:  # every shard is waiting for its node (or has ended)
+            self._round = None
+            return
         ready, _ = ray.wait(list(asked.values()), num_returns=len(asked), timeout=ROUND_TIMEOUT)
         done = set(ready)
         answered = 0
