@@ -287,6 +287,11 @@ class RayDriver(Overview):
                 log.warning("shard %d was restarted by Ray (now pid %d)", s.index, got["pid"])
             s.token = got["token"]
             s.incarnation += 1
+            if s.incarnation > 1 and s.actor is not None:  # restarted: it joins what is on
+                if self._stop_sent:
+                    s.actor.stop.remote()
+                elif self._finishing:
+                    s.actor.finish.remote()
         if got["final"] is not None:
             s.final = got["final"]
             s.exited = True
