@@ -7,7 +7,6 @@ crawler.state.retry; the words for each outcome are crawler.run.hints.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import logging
 import os
 import shlex
@@ -15,7 +14,7 @@ from typing import Any
 
 from ..exceptions import CrawlerError, DataDirError
 from ..run.hints import REASONS, explain, resume_flags
-from ..run.supervisor import LOCK_NAME
+from ..run.supervisor import take_lock
 from ..state.retry import Selection, requeue
 from ..state.shards import read_count
 from ._common import log_to_stderr
@@ -84,17 +83,8 @@ def _supervisor_lock(data_dir: str) -> int:
     """A sharded crawl's supervisor lock (crawler.run.supervisor), held while retrying:
     no supervisor starts or restarts a shard meanwhile. Raises DataDirError if a
     supervisor holds it."""
-    path = os.path.join(data_dir, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise DataDirError(
-            f"{data_dir}: a crawl is running on this data directory: stop it (Ctrl-C) and "
-            "run retry again"
-        ) from None
-    return fd
+    return take_lock(data_dir, "a crawl is running on this data directory: stop it (Ctrl-C) "
+                               "and run retry again")
 
 
 def _count(n: int, noun: str) -> str:

@@ -304,15 +304,16 @@ class Supervisor(Overview):
         self._round = this
 
 
-def take_lock(data_dir: str) -> int:
-    """Hold ``DIR/supervisor.lock`` (one driver per crawl); the fd, to close at the end."""
+def take_lock(data_dir: str, busy: str = "another crawl is running on this data directory") -> int:
+    """Hold ``DIR/supervisor.lock`` (one driver per crawl, and no retry beside it); the
+    fd, to close at the end. Raises DataDirError (``DIR: busy``) if someone holds it."""
     path = os.path.join(data_dir, LOCK_NAME)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise DataDirError(f"{data_dir}: another crawl is running on this data directory") from None
+        raise DataDirError(f"{data_dir}: {busy}") from None
     return fd
 
 
