@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .faults import Fault
 from .model import NOT_FOUND, Node, text_node
 from .render import leaf_page, link_list
+from .scripted import scripts
 from .urls import idna_host, quote_path
 
 if TYPE_CHECKING:
@@ -411,4 +412,5 @@ _FEATURES = {
     "spider_trap": _spider_trap,
     "meta_robots": _meta_robots,
     "idn": _idn,
+    "scripts": scripts,
 }

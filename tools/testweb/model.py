@@ -22,6 +22,12 @@ class Node:
     noindex: bool = False
     fault: str | None = None  # the fault kind that shaped this answer
     retries: int = 0  # 429/503 answers sent before the real one (-1: forever)
+    # Canonical URLs that appear in the DOM only after the page's scripts run
+    # (a rendering crawler extracts them, a plain one does not; they need every
+    # subresource), and those the browser requests while rendering it
+    # (scripts, fetch()ed data).
+    script_links: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()
     # For the server.
     content_type: str | None = HTML
     headers: tuple[tuple[str, str], ...] = ()

@@ -7,7 +7,9 @@ connection, certificate), then robots.txt, and only then it is fetched. A
 fetched HTML page with status 200 contributes its links at depth + 1 (not
 when it says nofollow and robots are obeyed); a redirect contributes its
 Location at the same depth (or + 1, see ``redirects_add_depth``) and one
-more redirect hop, up to ``max_redirects`` hops in a row.
+more redirect hop, up to ``max_redirects`` hops in a row. A page that is
+rendered (``render``) also contributes its ``script_links`` at depth + 1, and
+its ``subresources`` are requested (not walked: they are scripts and data).
 
 A URL is fetched if *some* path of links reaches it within the limits (the
 walk keeps every non-dominated (depth, hops) label per URL), which is what a
@@ -19,7 +21,18 @@ Assumptions about the crawler, each a documented choice:
   fault's ``times``); slow first bytes and slow robots.txt are waited out;
 - robots.txt: 4xx = allow all, 5xx = disallow all (RFC 9309), fetched once
   per host that has an admitted URL; meta robots / X-Robots-Tag ``nofollow``
-  is obeyed together with robots.txt (``obey_robots``).
+  is obeyed together with robots.txt (``obey_robots``);
+- rendering (``render``) runs every script of the page to its end in a
+  browser that follows the crawler's rules: the links in the final DOM are
+  ``links + script_links``; each subresource is requested once if its host
+  is reachable and, obeying robots, its robots.txt allows it (so that
+  robots.txt is fetched too); scope, depth and URL length do not apply to
+  subresources; a nofollow page (obeying robots) adds neither. A page's
+  script links need all its subresources (they come from ``app.js`` or
+  ``data.json``): if one is blocked or unreachable, it adds none. Pages that
+  never settle (endless loops, memory hogs) add no script links, and their
+  server links are still followed. With ``render=False`` (the default) none
+  of this happens: a plain crawler.
 """
 
 from __future__ import annotations
@@ -37,6 +50,7 @@ DEFAULT_MAX_REDIRECTS = 10
 DEFAULT_LIMIT = 1_000_000  # fetched URLs before the walk calls the site infinite
 
 Scope = Collection[str] | Callable[[str], bool] | None
+Render = bool | Collection[str] | Callable[[str], bool]
 
 
 class InfiniteSiteError(RuntimeError):
@@ -61,11 +75,13 @@ class CrawlResult:
     retries: Mapping[str, int]  # fetched URL -> 429/503 answers before the real one
     noindex: frozenset[str]  # fetched pages that say noindex
     crawl_delay: Mapping[str, float] = field(default_factory=dict)  # host -> Crawl-delay
+    # Requested by the browser while rendering pages (render only): scripts, data.
+    subresources: frozenset[str] = frozenset()
 
     @property
     def requests(self) -> frozenset[str]:
-        """Every URL the server sees at least once: pages plus robots.txt."""
-        return self.fetched | self.robots
+        """Every URL the server sees at least once: pages, robots.txt, subresources."""
+        return self.fetched | self.robots | self.subresources
 
 
 class Oracle:
@@ -93,14 +109,18 @@ class Oracle:
         max_url_length: int | None = None,
         redirects_add_depth: bool = False,
         user_agent: str = "*",
+        render: Render = False,
         limit: int = DEFAULT_LIMIT,
     ) -> CrawlResult:
         """The URLs a correct crawler fetches from ``seeds`` (default: the site's seed URL).
 
         ``scope`` is None (everything), a collection of host names, or a
         predicate on canonical URLs; seeds are checked like any other URL.
+        ``render`` says which pages run their scripts: True (all), False
+        (none), a collection of host names, or a predicate on canonical URLs.
         """
         in_scope = _scope(scope)
+        rendered = _render(render)
         site = self.site
         labels: dict[str, list[tuple[int, int]]] = {}
         queue: deque[tuple[str, int, int]] = deque()
@@ -118,6 +138,7 @@ class Oracle:
         faults: dict[str, str] = {}
         retries: dict[str, int] = {}
         robots: set[str] = set()
+        subresources: set[str] = set()
         crawl_delay: dict[str, float] = {}
         sets: dict[str, set[str]] = {k: set() for k in
                                      ("unreach", "blocked", "scope", "deep", "long", "redir")}
@@ -127,6 +148,23 @@ class Oracle:
             if canon is None:
                 raise ValueError(f"seed {seed!r} is not an http(s) URL")
             push(canon, 0, 0)
+
+        def robots_allow(host: str, target: str) -> bool:
+            """Whether robots.txt lets ``target`` on ``host`` be fetched (records the fetch)."""
+            if not obey_robots:
+                return True
+            robots.add(site.origin(host) + ROBOTS)
+            rules = site.robots_rules(host, user_agent)
+            if rules.crawl_delay is not None:
+                crawl_delay[host] = rules.crawl_delay
+            return rules.allowed(target)
+
+        def fetchable(sub: str) -> bool:
+            """Whether the browser gets ``sub`` (reachable host, robots.txt allows it)."""
+            where = site.served_by(sub)
+            return where is not None and where[0].reachable and \
+                robots_allow(where[0].name, where[1])
+
         while queue:
             url, depth, hops = queue.popleft()
             if not in_scope(url):
@@ -143,15 +181,9 @@ class Oracle:
                 sets["unreach"].add(url)
                 continue
             host, target = where
-            if obey_robots:
-                origin = site.origin(host.name)
-                robots.add(origin + ROBOTS)
-                rules = site.robots_rules(host.name, user_agent)
-                if rules.crawl_delay is not None:
-                    crawl_delay[host.name] = rules.crawl_delay
-                if not rules.allowed(target):
-                    sets["blocked"].add(url)
-                    continue
+            if not robots_allow(host.name, target):
+                sets["blocked"].add(url)
+                continue
             if url in fetched:
                 fetched[url] = min(fetched[url], depth)
             else:
@@ -177,6 +209,12 @@ class Oracle:
             elif node.status == 200 and node.html and not (obey_robots and node.nofollow):
                 for link in node.links:
                     push(link, depth + 1, 0)
+                if (node.script_links or node.subresources) and rendered(url):
+                    got = [sub for sub in node.subresources if fetchable(sub)]
+                    subresources.update(got)
+                    if len(got) == len(node.subresources):  # the scripts need them all
+                        for link in node.script_links:
+                            push(link, depth + 1, 0)
         done = set(fetched)
         return CrawlResult(
             fetched=frozenset(done),
@@ -193,6 +231,7 @@ class Oracle:
             retries=retries,
             noindex=frozenset(noindex),
             crawl_delay=crawl_delay,
+            subresources=frozenset(subresources),
         )
 
 
@@ -208,3 +247,9 @@ def _scope(scope: Scope) -> Callable[[str], bool]:
         return t is not None and t.host in hosts
 
     return in_hosts
+
+
+def _render(render: Render) -> Callable[[str], bool]:
+    if isinstance(render, bool):
+        return lambda url: render
+    return _scope(render)
