@@ -29,7 +29,8 @@ def add_parsers(sub: Any) -> None:
         help="export a crawl's pages to WARC and/or JSON lines",
         description="Write every page record of a crawl (running or stopped: read-only, "
         "streaming) as WARC (warcinfo, then request/response records, revisits for repeated "
-        "payloads, metadata records for URLs with no answer) and/or JSON lines. "
+        "payloads, conversion records of browser-rendered DOMs, metadata records for URLs with no "
+        "answer) and/or JSON lines. "
         "The formats are described in docs/EXPORT.md. Every file is logged as it is "
         "finished (name, records, bytes) and the last line on stdout lists the files written "
         "(on stderr when --jsonl - takes stdout). Progress (percentage, rate, time left) goes "

@@ -44,15 +44,21 @@ def add_parsers(sub: Any) -> None:
 
     show = sub.add_parser(
         "show",
-        help="show one page record: fields, headers and body",
+        help="show one page record: fields, headers and body (or rendered DOM)",
         description="Print a page record's fields and stored headers, then its body: as text "
-        "when it is text, else a size and hex note. URL is normalized as the crawler does.",
+        "when it is text, else a size and hex note. A page rendered in a browser also shows "
+        "its render status and DOM size. URL is normalized as the crawler does.",
         epilog="example: python -m crawler show crawl1 http://h0.test:8080/",
     )
     show.add_argument("data", metavar="DIR", help="crawl data directory")
     show.add_argument("url", metavar="URL")
     show.add_argument(
         "--body-only", action="store_true", help="write only the stored body bytes to stdout"
+    )
+    show.add_argument(
+        "--dom", action="store_true",
+        help="the rendered DOM (UTF-8 HTML) in place of the body, with --body-only its bytes "
+        "only; an error (exit 1) for a page that has none",
     )
 
 
@@ -136,15 +142,23 @@ def cmd_show(args: argparse.Namespace) -> int:
     if store is not None:
         with store:
             rank = store.get(url_key(url))
+    if args.dom and not page.dom:
+        raise CrawlerError(f"{url}: no rendered DOM in the record (render: "
+                           f"{page.render or 'not rendered'})")
     try:
         if args.body_only:
             sys.stdout.flush()
-            sys.stdout.buffer.write(page.body)
+            sys.stdout.buffer.write(page.dom if args.dom else page.body)
             sys.stdout.buffer.flush()
         else:
             text = describe(page)
             head, sep, rest = text.partition("\nheaders:")
-            if rank is not None:  # after the record's fields, before its headers
+            if page.render:  # after the record's fields, before its headers
+                head += f"\n{'render:':<14}{page.render}\n{'dom_bytes:':<14}{len(page.dom)}"
+            if args.dom:  # the headers end at the first blank line (values hold no newline)
+                headers, _, _ = rest.partition("\n\n")
+                rest = headers + "\n\n" + page.dom.decode("utf-8", "replace")
+            if rank is not None:
                 head += (f"\n{'rank:':<14}{rank.scaled:.2f} (raw {rank.raw:.6g})"
                          f"\n{'inlinks:':<14}{rank.inlinks}")
             print(head + sep + rest)

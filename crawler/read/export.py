@@ -28,6 +28,9 @@ WARC mapping (docs/EXPORT.md is the reference):
   when a 200 payload repeats an earlier one, plus a ``request`` record
   rebuilt from what crawler.net.fetch sends; the request names the response in
   WARC-Concurrent-To, and both carry the fetch time and the IP;
+- a page rendered in a browser (a record with a DOM) adds, after them, a
+  ``conversion`` record of the rendered DOM that names the response (or
+  revisit) written for the page in WARC-Refers-To;
 - a URL with no answer (status 0: DNS failure, refused, robots...) gives a
   ``metadata`` record with its outcome, or nothing with ``skip_failures``;
 - the crawler stores bodies *decoded*, so Content-Encoding (and any
@@ -85,6 +88,7 @@ log = logging.getLogger(__name__)
 
 WARC_VERSION = "WARC/1.1"  # 1.1: WARC-Date with microseconds
 SENT_ACCEPT_ENCODING = "gzip, deflate"  # what net.fetch.Fetcher asks for on every request
+DOM_CONTENT_TYPE = "text/html; charset=utf-8"  # a rendered DOM, as the record stores it
 _RESPONSE_ONLY = ("content-encoding", "transfer-encoding", "content-length")
 
 
@@ -189,6 +193,7 @@ def page_object(page: PageRecord, *, text: bool = False,
         "fetched_at": iso_time(page.fetched_at), "ip": page.ip, "depth": page.depth,
         "outlinks": page.outlinks, "truncated": page.truncated, "noindex": page.noindex,
         "redirect": page.redirect, "size": len(page.body),
+        "render": page.render, "dom_size": len(page.dom),
     }
     if text:
         obj["text"] = visible_text(page, limit=text_limit)
@@ -333,7 +338,21 @@ class WarcSink:
         with naming(self._name):
             w.write_request_response_pair(req, resp)
         self.records += 2
-        return 2
+        if not page.dom:  # not rendered, or the render was cut: nothing to convert
+            return 2
+        # WARC 1.1 §6.7: the DOM is a transformation of this fetch's payload, so it
+        # refers to the record written for this page (a revisit's own id, not the
+        # original's). warcio adds the digests; the block is the DOM, no HTTP headers.
+        conv = w.create_warc_record(
+            page.url, "conversion", payload=BytesIO(page.dom), length=len(page.dom),
+            warc_content_type=DOM_CONTENT_TYPE,
+            warc_headers_dict={"WARC-Date": base["WARC-Date"],
+                               "WARC-Warcinfo-ID": self._info_id,
+                               "WARC-Refers-To": resp.rec_headers.get_header("WARC-Record-ID")})
+        with naming(self._name):
+            w.write_record(conv)
+        self.records += 1
+        return 3
 
     def close(self, *, complete: bool = True) -> None:
         """Finish (rename) the current file; with ``complete`` False, or when that

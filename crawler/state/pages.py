@@ -9,9 +9,14 @@ header as UTF-8 JSON, then (version 2) the outlinks: a u32 LE count ``n``, the
 ``n`` 16-byte url_keys of the link targets, then ``n`` flag bytes (bit 0:
 nofollow), and last the body compressed with zlib (possibly empty). Version 1
 records (written before outlinks were kept) have no link section and decode
-with no links. The links are binary, beside the JSON, because a page has tens
-of them and they are read in bulk (the link graph, PageRank): 17 bytes a link,
-sliced out without parsing anything.
+with no links. Version 3 (written only for a page rendered in a browser, its render cut
+or not) has, between the links and the body, a u32 LE length and the
+rendered DOM compressed with zlib (length 0: no DOM); every other record is
+still written as version 2, so a crawl without rendering stays readable by a
+crawler that predates it (which refuses a version 3 record as newer). The
+links are binary, beside the JSON, because a page has tens of them and they
+are read in bulk (the link graph, PageRank): 17 bytes a link, sliced out
+without parsing anything.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from ..exceptions import CrawlerError, URLError
 from ..web.urls import normalize, url_key
 
 _MAGIC = b"KVCP"
-_VERSION = 2
+_VERSION = 3
+_VERSION_PLAIN = 2  # written when there is no rendered DOM
 _HEAD = struct.Struct("<4sBI")
 _COUNT = struct.Struct("<I")
 KEY_SIZE = 16
@@ -58,6 +64,11 @@ class PageRecord:
     # Every link of the page, each once, in document order: pack_links() packing
     # (n target keys, then n flag bytes). Links not admitted (off scope, known) too.
     links: bytes = b""
+    # Browser rendering (--render-js): "" not rendered, "ok", or why the render was cut
+    # (render_timeout, render_crashed, ...; docs/RENDER.md). The links above then include
+    # the links only the rendered DOM has; ``dom`` is that DOM, serialized.
+    render: str = ""
+    dom: bytes = b""
     body: bytes = b""
 
     def header_dict(self) -> dict[str, Any]:
@@ -90,7 +101,7 @@ class PageRecord:
             return None
 
 
-_HEADER_FIELDS = tuple(f.name for f in fields(PageRecord) if f.name not in ("body", "links"))
+_HEADER_FIELDS = tuple(f.name for f in fields(PageRecord) if f.name not in ("body", "links", "dom"))
 
 
 def pack_links(follow: Iterable[str], nofollow: Iterable[str] = (), *,
@@ -116,12 +127,19 @@ def pack_links(follow: Iterable[str], nofollow: Iterable[str] = (), *,
 
 
 def encode_page(page: PageRecord, *, level: int = DEFAULT_COMPRESS_LEVEL) -> bytes:
-    head = json.dumps(page.header_dict(), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    header = page.header_dict()
+    if not page.render:  # only records of rendered pages say so: the others keep their header
+        del header["render"]
+    head = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     body = zlib.compress(page.body, level) if page.body else b""
     if len(page.links) % LINK_SIZE:
         raise CrawlerError(f"links of {len(page.links)} bytes: not a pack_links() value")
     links = _COUNT.pack(len(page.links) // LINK_SIZE) + page.links
-    return _HEAD.pack(_MAGIC, _VERSION, len(head)) + head + links + body
+    if not page.render:
+        return _HEAD.pack(_MAGIC, _VERSION_PLAIN, len(head)) + head + links + body
+    dom = zlib.compress(page.dom, level) if page.dom else b""
+    return (_HEAD.pack(_MAGIC, _VERSION, len(head)) + head + links
+            + _COUNT.pack(len(dom)) + dom + body)
 
 
 def decode_page(data: bytes, *, with_body: bool = True) -> PageRecord:
@@ -143,9 +161,20 @@ def decode_page(data: bytes, *, with_body: bool = True) -> PageRecord:
         if len(links) != n * LINK_SIZE:
             raise CrawlerError("page record is cut in its link section")
         end += _COUNT.size + n * LINK_SIZE
+    dom = b""
+    if version >= 3:
+        if len(data) < end + _COUNT.size:
+            raise CrawlerError("page record is cut in its DOM section")
+        (n,) = _COUNT.unpack_from(data, end)
+        end += _COUNT.size
+        if len(data) < end + n:
+            raise CrawlerError("page record is cut in its DOM section")
+        if with_body and n:
+            dom = zlib.decompress(data[end : end + n])
+        end += n
     raw = data[end:]
     body = zlib.decompress(raw) if (with_body and raw) else b""
-    return PageRecord(**head, links=links, body=body)
+    return PageRecord(**head, links=links, dom=dom, body=body)
 
 
 class Pending(NamedTuple):

@@ -12,6 +12,7 @@ from typing import Any
 import lxml.html
 import pytest
 from crawl_helpers import records, run_crawl
+from test_page_records import CUT, DOM, PLAIN, RENDERED, rendered_crawl
 from test_progress import assert_complete, export_cli, listed_files, progress_lines, wrote_lines
 from warcio.archiveiterator import ArchiveIterator
 
@@ -21,7 +22,7 @@ from crawler.state.pages import PageRecord
 from tools.testweb import SiteConfig, TestWeb, fault
 
 FIELDS = {"url", "final_url", "status", "reason", "content_type", "fetched_at", "ip", "depth",
-          "outlinks", "truncated", "noindex", "redirect", "size"}
+          "outlinks", "truncated", "noindex", "redirect", "size", "render", "dom_size"}
 GRAPH = {"elapsed", "links", "rank", "rank_scaled"}  # test_linkgraph.py, test_rank.py
 
 
@@ -62,7 +63,8 @@ def test_jsonl_objects_match_the_page_records(crawl: tuple[TestWeb, Path], tmp_p
         assert obj["fetched_at"].endswith("Z") and when.utcoffset() is not None
         assert abs(when.timestamp() - page.fetched_at) < 1e-5
         assert obj["size"] == len(page.body)
-        for name in FIELDS - {"fetched_at", "size"}:
+        assert obj["render"] == "" and obj["dom_size"] == 0  # this crawl renders nothing
+        for name in FIELDS - {"fetched_at", "size", "dom_size"}:
             assert obj[name] == getattr(page, name), (url, name)
         kinds.add((page.status, page.reason, page.noindex))
     # The crawl has pages, a failure with no answer, non-HTML and noindex pages.
@@ -168,6 +170,18 @@ def test_the_same_file_for_both_outputs_is_a_usage_error(
     assert main(["export", str(crawl[1]), "--warc", out, "--jsonl", out]) == 2
     assert "--warc and --jsonl name the same file" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_render_status_and_dom_size_of_rendered_pages(tmp_path: Path) -> None:
+    data = rendered_crawl(tmp_path / "crawl")
+    out = tmp_path / "r.jsonl"
+    assert main(["export", str(data), "--jsonl", str(out), "--text", "--quiet"]) == 0
+    got = read_jsonl(out.read_text(encoding="utf-8"))
+    assert {u: (o["render"], o["dom_size"]) for u, o in got.items()} == {
+        RENDERED: ("ok", len(DOM)), CUT: ("render_timeout", 0), PLAIN: ("", 0)}
+    assert all(set(o) == FIELDS | GRAPH | {"text"} for o in got.values())
+    assert got[RENDERED]["text"] == "b"  # --text stays the server body's text
+    assert got[RENDERED]["size"] == len(pages_of(data)[RENDERED].body) != len(DOM)
 
 
 def _page(body: bytes, content_type: str = "text/html") -> PageRecord:

@@ -3,6 +3,7 @@ usage errors (exit 2), data errors (exit 1)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from crawl_helpers import REPO, run_crawl
+from test_page_records import CUT, DOM, HTML, PLAIN, RENDERED, rendered_crawl
 
 import kvstore
 from crawler.cli import main
@@ -205,3 +207,60 @@ def test_pages_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None:
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == 1 and done.stderr == ""
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return rendered_crawl(tmp_path_factory.mktemp("rendered") / "crawl")
+
+
+def test_show_prints_the_render_status_of_a_rendered_or_cut_page(
+    rendered: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for url, status, size in ((RENDERED, "ok", len(DOM)), (CUT, "render_timeout", 0)):
+        assert main(["show", str(rendered), url]) == 0
+        head, _, body = capsys.readouterr().out.partition("\n\n")
+        assert f"render:       {status}" in head.splitlines()
+        assert f"dom_bytes:    {size}" in head.splitlines()
+        assert head.index("render:") < head.index("headers:")  # with the fields
+        assert body.encode() == (HTML if url == RENDERED else HTML.replace(b"app", b"cut")) + b"\n"
+    assert main(["show", str(rendered), PLAIN]) == 0
+    out = capsys.readouterr().out
+    assert "render:" not in out and "dom_bytes:" not in out  # not rendered: as before
+
+
+def test_show_dom_prints_the_rendered_dom_instead_of_the_body(
+    rendered: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    assert main(["show", str(rendered), RENDERED, "--dom"]) == 0
+    head, _, body = capsysbinary.readouterr().out.decode("utf-8").partition("\n\n")
+    assert "render:       ok" in head.splitlines()
+    assert "  content-type: text/html; charset=utf-8" in head.splitlines()  # headers kept
+    assert body == DOM.decode("utf-8") + "\n"
+    assert main(["show", str(rendered), RENDERED, "--dom", "--body-only"]) == 0
+    assert capsysbinary.readouterr().out == DOM
+
+
+@pytest.mark.parametrize(("url", "why"), [(CUT, "render: render_timeout"),
+                                          (PLAIN, "render: not rendered")])
+def test_show_dom_of_a_page_without_one_is_one_line_and_exit_1(
+    rendered: Path, url: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for extra in ([], ["--body-only"]):
+        assert main(["show", str(rendered), url, "--dom", *extra]) == 1
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err == f"crawler: error: {url}: no rendered DOM in the record ({why})\n"
+    done = subprocess.run([sys.executable, "-m", "crawler", "show", str(rendered), url, "--dom"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_pages_json_has_the_render_fields(
+    rendered: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["pages", str(rendered), "--json"]) == 0
+    got = {o["url"]: o for o in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert {u: (o["render"], o["dom_size"]) for u, o in got.items()} == {
+        RENDERED: ("ok", len(DOM)), CUT: ("render_timeout", 0), PLAIN: ("", 0)}

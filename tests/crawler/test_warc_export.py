@@ -21,13 +21,15 @@ from pathlib import Path
 
 import pytest
 from crawl_helpers import cli_args, read_lines, records, run_crawl, start_cli, wait_for
+from test_page_records import CUT, DOM, PLAIN, RENDERED, pages, rendered_crawl
+from test_page_records import page as rendered_page
 from test_progress import assert_complete, export_cli, listed_files, progress_lines, wrote_lines
 from warcio.archiveiterator import ArchiveIterator
 
 import kvstore
 from crawler.cli import main
 from crawler.net.fetch import Fetcher
-from crawler.read.export import request_headers
+from crawler.read.export import payload_digest, request_headers
 from crawler.read.listing import CrawlReader, iso_time
 from crawler.state.pages import PageRecord, encode_page
 from crawler.web.urls import url_key
@@ -560,3 +562,64 @@ def test_memory_stays_flat_whatever_the_crawl_size(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert peak < 12 * size, peak  # 6 MiB
     assert sum(r.type == "response" for r in read_warc(tmp_path / "b.warc.gz")) == n
+
+
+# -- rendered pages: the DOM as a conversion record ---------------------------------------
+
+
+def _by_type(recs: list[Rec], uri: str) -> dict[str, Rec]:
+    got = [r for r in recs if r.headers.get("WARC-Target-URI") == uri]
+    by = {r.type: r for r in got}
+    assert len(by) == len(got), [r.type for r in got]  # one record of each type a page
+    return by
+
+
+def test_a_rendered_page_gets_a_conversion_record_of_its_dom(tmp_path: Path) -> None:
+    data = rendered_crawl(tmp_path / "crawl")
+    out = tmp_path / "r.warc.gz"
+    assert main(["export", str(data), "--warc", str(out), "--quiet"]) == 0
+    warcio_check(out)  # the conversion's digests included
+    recs = read_warc(out)
+    conversions = [r for r in recs if r.type == "conversion"]
+    assert len(conversions) == 1  # not for the cut render, not for the plain page
+    conv = conversions[0]
+    page = full_records(data)[RENDERED]
+    resp = _by_type(recs, RENDERED)["response"]
+    assert conv.headers["WARC-Target-URI"] == RENDERED
+    assert conv.headers["WARC-Refers-To"] == resp.headers["WARC-Record-ID"]
+    assert conv.headers["WARC-Date"] == resp.headers["WARC-Date"] == iso_time(page.fetched_at)
+    assert conv.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert conv.headers["WARC-Warcinfo-ID"] == recs[0].headers["WARC-Record-ID"]
+    assert conv.payload == DOM and resp.payload == page.body != DOM
+    assert conv.headers["WARC-Payload-Digest"] == payload_digest(DOM)[1]
+    assert conv.headers["WARC-Block-Digest"] == payload_digest(DOM)[1]  # the block is the DOM
+    assert recs.index(conv) > recs.index(resp)  # after the page's response
+    for url in (CUT, PLAIN):
+        assert set(_by_type(recs, url)) == {"request", "response"}
+    assert "WARC-Render" not in str([r.headers for r in recs])  # no such standard field
+
+
+def test_a_rendered_revisit_refers_to_its_own_record_and_splits_keep_it_with_it(
+    tmp_path: Path,
+) -> None:
+    twin = "http://r.test/twin"
+    dom2 = DOM.replace(b"only-js", b"twin-js")
+    data = rendered_crawl(tmp_path / "crawl",
+                          [*pages(), rendered_page(twin, render="ok", dom=dom2)])
+    out = tmp_path / "r.warc.gz"
+    assert main(["export", str(data), "--warc", str(out), "--max-size", "1", "--quiet"]) == 0
+    files = sorted(tmp_path.glob("r-*.warc.gz"))
+    assert len(files) == 5  # the first warcinfo alone, then a file a page
+    warcio_check(*files)
+    recs = [r for f in files for r in read_warc(f)]
+    kinds: dict[str, str] = {}
+    for url, dom in ((RENDERED, DOM), (twin, dom2)):  # same body: one of them is a revisit
+        by = _by_type(recs, url)
+        written = by.get("revisit") or by["response"]
+        assert by["conversion"].headers["WARC-Refers-To"] == written.headers["WARC-Record-ID"]
+        assert by["conversion"].payload == dom
+        kinds[url] = written.type
+        holding = [f for f in files if any(r.headers.get("WARC-Target-URI") == url
+                                           for r in read_warc(f))]
+        assert len(holding) == 1  # the conversion is in its page's file
+    assert sorted(kinds.values()) == ["response", "revisit"]
