@@ -37,6 +37,10 @@ DEFAULT_MAX_URL_LENGTH = 2048
 DEFAULT_STACK_SIZE = 256 * 1024
 DEFAULT_STATUS_INTERVAL = 5.0
 DEFAULT_MAX_WAITING_PER_HOST = 64
+DEFAULT_RENDER_TABS = 4
+DEFAULT_RENDER_TIMEOUT = 10.0  # seconds a page may take to settle in the browser
+DEFAULT_RENDER_MEMORY = 512  # MiB of JavaScript heap per tab
+DEFAULT_RENDER_BROWSER = "chromium"
 
 
 # A --store-types entry: type/subtype, type/*, or *.
@@ -87,6 +91,12 @@ class CrawlerConfig:
     max_waiting_per_host: int = DEFAULT_MAX_WAITING_PER_HOST
     status_interval: float = DEFAULT_STATUS_INTERVAL
     store_types: tuple[str, ...] = ()  # non-HTML media types whose bodies are kept too
+    render_js: tuple[str, ...] = ()  # host regexes whose HTML pages are rendered (docs/RENDER.md)
+    render_all: bool = False  # every HTML page is rendered
+    render_tabs: int = DEFAULT_RENDER_TABS
+    render_timeout: float = DEFAULT_RENDER_TIMEOUT
+    render_memory: int = DEFAULT_RENDER_MEMORY
+    render_browser: str = DEFAULT_RENDER_BROWSER
     scope_hosts: frozenset[str] = field(default_factory=frozenset)  # filled from the seeds
 
     def __post_init__(self) -> None:
@@ -115,11 +125,21 @@ class CrawlerConfig:
                     f"--store-types {media!r}: give a media type (application/pdf), "
                     "a family (image/*) or * for every type"
                 )
-        for pattern in self.allow_regex + self.deny_regex:
+        if self.render_tabs < 1:
+            raise ConfigError("--render-tabs must be at least 1")
+        if not self.render_timeout > 0:
+            raise ConfigError("--render-timeout must be more than 0 seconds")
+        if self.render_memory < 16:
+            raise ConfigError("--render-memory must be at least 16 (MiB)")
+        for pattern in self.allow_regex + self.deny_regex + self.render_js:
             try:
                 re.compile(pattern)
             except re.error as exc:
                 raise ConfigError(f"bad regex {pattern!r}: {exc}") from None
+
+    @property
+    def rendering(self) -> bool:
+        return self.render_all or bool(self.render_js)
 
     @property
     def waiting_limit(self) -> int:

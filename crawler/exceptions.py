@@ -91,3 +91,12 @@ class ExchangeError(CrawlerError):
         super().__init__(f"shard {dest}: {reason}")
         self.dest = dest
         self.reason = reason
+
+
+class BrowserError(CrawlerError):
+    """The rendering browser (--render-js) failed: it cannot start, a command got no
+    answer in time, or it answered with an error."""
+
+
+class BrowserGone(BrowserError):
+    """The browser died or was closed while a call waited on it."""

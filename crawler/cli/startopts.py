@@ -110,6 +110,19 @@ OPTIONS: tuple[Opt, ...] = (
         "seconds between fsyncs (what a power loss can cost)", "S", "run"),
     Opt("status_interval", "--status-interval", seconds, cfgmod.DEFAULT_STATUS_INTERVAL,
         "seconds between status lines and status.json writes", "S", "run"),
+    Opt("render_js", "--render-js", "list", [],
+        "render the HTML pages of hosts matching this regex in headless Chromium, for the "
+        "links scripts make (repeatable; docs/RENDER.md)", "REGEX", "render"),
+    Opt("render_all", "--render-js-all", "bool", False,
+        "render every HTML page in headless Chromium", group="render"),
+    Opt("render_tabs", "--render-tabs", whole(1), cfgmod.DEFAULT_RENDER_TABS,
+        "pages rendered at a time", "N", "render"),
+    Opt("render_timeout", "--render-timeout", seconds, cfgmod.DEFAULT_RENDER_TIMEOUT,
+        "seconds a page may take to settle; longer renders are cut", "S", "render"),
+    Opt("render_memory", "--render-memory", whole(16), cfgmod.DEFAULT_RENDER_MEMORY,
+        "MiB of JavaScript heap a tab may use; past it the render is cut", "MIB", "render"),
+    Opt("render_browser", "--render-browser", str, cfgmod.DEFAULT_RENDER_BROWSER,
+        "the Chromium executable (a name on PATH or a path)", "PATH", "render"),
 ) + tuple(
     Opt(field, flag, kind, getattr(cfgmod, "DEFAULT_" + field.upper()), text,
         "N" if kind is not size and kind is not seconds else "S" if kind is seconds else "BYTES",
@@ -135,6 +148,7 @@ DEFAULTS: dict[str, Any] = {o.name: o.default for o in OPTIONS}
 _GROUPS = {
     "scope": "what to crawl",
     "run": "running",
+    "render": "JavaScript rendering (docs/RENDER.md)",
     "limits": "limits (docs/HOSTILE.md says what each bounds)",
 }
 
@@ -201,6 +215,7 @@ def config_fields(settings: dict[str, Any]) -> dict[str, Any]:
         "allow_domains": tuple(s.pop("allow_domain")),
         "allow_regex": tuple(s.pop("allow_regex")),
         "deny_regex": tuple(s.pop("deny_regex")),
+        "render_js": tuple(s.pop("render_js")),
         "store_types": tuple(
             t.strip().lower() for item in s.pop("store_types") for t in item.split(",") if t.strip()
         ),

@@ -170,6 +170,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"fetched {snap['fetched']} in {snap.get('elapsed', 0):.0f} s, "
             f"hosts {snap['hosts']}, bad hosts {snap['bad_hosts']}, rss {snap['rss_mb']} MB"
         )
+        if "rendered" in snap:  # --render-js (docs/RENDER.md)
+            print(
+                f"  renders (last run): {snap['rendered']} rendered, {snap['render_failed']} "
+                f"cut, {snap['render_queued']} queued, {snap['rendering']} rendering, "
+                f"browser started {snap.get('browser_starts', 0)} time(s)"
+            )
     if not info["running"] and (info["pending"] or not snap or snap.get("state") != "complete"):
         print(f"  to resume: python -m crawler start --data {args.data}")
     if args.shards and info["shards"] > 1:

@@ -9,7 +9,10 @@ stacks) take the next URL whose host may be contacted, run it through the
 checks (per-host page limit, BadHosts, DNS, robots.txt: crawler.run.robotsgate),
 fetch it, turn the response into a page record and the links worth admitting
 (crawler.run.responses), and submit that Outcome. The *committer* writes
-outcomes in the frontier's crash-safe order.
+outcomes in the frontier's crash-safe order. With --render-js, a fetched HTML
+page of a rendered host is handed to the render pool instead (crawler.run.render),
+which submits its Outcome once the page is rendered; the requests the page
+makes in the browser come back here as SubTasks (crawler.run.subfetch).
 
 A URL ends as exactly one recorded outcome (a page, a redirect, an HTTP error,
 or a failure reason) or goes back to PendDB to be tried later (a transient
@@ -54,12 +57,15 @@ from ..state.badhosts import BadHosts
 from ..state.frontier import DISK_FULL_ERRNOS, Claimed, Frontier, Outcome
 from ..state.pages import PageRecord, Pending, encode_page
 from ..state.shards import Router, ShardPlace
+from ..web.links import is_html
 from ..web.robots import product_token
 from ..web.urls import URL, normalize, parse
 from . import status as status_mod
 from .politeness import HostSlot, Scheduler
+from .render import RenderJob, RenderPool
 from .responses import ResponseReader
 from .robotsgate import HOST_FAILURES, ROBOTS_FETCH_BYTES, ROBOTS_MAX_REDIRECTS, RobotsGate, Wait
+from .subfetch import SubTask, render_subfetch
 
 __all__ = ["ROBOTS_MAX_REDIRECTS", "Engine"]
 
@@ -69,6 +75,8 @@ log = logging.getLogger(__name__)
 _FEED_BULKS = 64
 # Failures worth another try later (within the retry budget), after a host backoff.
 _TRANSIENT = {"read_timeout", "total_timeout", "reset", "protocol"}
+# How long a URL of a rendered host waits when the render pool is full.
+_RENDER_FULL_WAIT = 0.05
 
 
 class _Task(NamedTuple):
@@ -80,9 +88,10 @@ class _Task(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class _Result:
-    outcome: Outcome | None  # None: the URL went back to its host's wait list
+    outcome: Outcome | None  # None: the URL went back to its host's wait list (unless handed)
     not_before: float = 0.0  # monotonic time before which the host is not contacted again
     contacted: bool = True  # False: decided without a request, the host owes no delay
+    handed: bool = False  # the task is someone else's now (the render pool, a subrequest)
 
 
 class Engine:
@@ -124,12 +133,18 @@ class Engine:
         self.outcomes: Counter[str] = Counter()
         self.fetched = 0
         self.bytes = 0
+        self.subrequests = 0  # requests made for pages rendering in the browser
         self._stopping = threading.Event()
         self._limit_reached = threading.Event()
         self._workers: list[threading.Thread] = []
         self._workers_done = threading.Event()  # tells the committer to drain and stop
         self._finish = threading.Event()  # a shard: every shard is idle, the crawl is complete
         self.failure: CrawlerError | None = None  # why the crawl stopped on its own, if it did
+        self.renderer = (
+            RenderPool(config, subfetch=render_subfetch(self), reader=self.reader,
+                       record=self._record, frontier=self.frontier)
+            if config.rendering else None
+        )
         # Alone, the engine logs the status line; a shard's supervisor logs the crawl's.
         self.reporter = status_mod.Reporter(
             self, interval=config.status_interval, log_line=self.place.count == 1
@@ -177,6 +192,16 @@ class Engine:
         that cannot wait for slow hosts. Thread-safe."""
         self.fetcher.close()
         self.robots_fetcher.close()
+        if self.renderer is not None:
+            self.renderer.browser.close()
+
+    @property
+    def stopping_event(self) -> threading.Event:
+        return self._stopping
+
+    def count_subrequest(self) -> None:
+        with self.stats_lock:
+            self.subrequests += 1
 
     @property
     def limit_reached(self) -> bool:
@@ -189,6 +214,7 @@ class Engine:
             self.scheduler.idle()
             and self.frontier.idle()
             and (outbox is None or outbox.empty())
+            and (self.renderer is None or self.renderer.idle())
         )
 
     def run(self, *, before_close: Callable[[], None] | None = None) -> bool:
@@ -200,6 +226,12 @@ class Engine:
         exchange there). Raises DiskFullError (after a clean stop) when the data
         directory ran out of space, and DataDirError when a commit failed otherwise."""
         cfg = self.config
+        if self.renderer is not None:
+            try:
+                self.renderer.start()  # a browser that cannot start fails the crawl now
+            except CrawlerError:
+                self.close()
+                raise
         committer = threading.Thread(target=self._commit_loop, name="committer", daemon=True)
         committer.start()
         old_stack = threading.stack_size(cfg.stack_size)
@@ -225,7 +257,11 @@ class Engine:
         finally:
             self._stopping.set()
             self.scheduler.close()
-            self.scheduler.drain()  # their bulks stay live in PendDB
+            if self.renderer is not None:  # pages not rendered yet go back to PendDB
+                self.renderer.stop()
+            for item in self.scheduler.drain():  # their bulks stay live in PendDB
+                if isinstance(item, SubTask):
+                    item.answer("aborted")
             for t in self._workers:
                 t.join()
             self._workers_done.set()
@@ -309,11 +345,16 @@ class Engine:
             if item is None:
                 continue
             slot, task = item
+            if isinstance(task, SubTask):
+                task.serve(self, slot)
+                continue
             claimed = task.claimed
             result = _Result(None)
             try:
                 result = self._handle(slot, claimed, task.url)
-                if result.outcome is not None:
+                if result.handed:
+                    pass
+                elif result.outcome is not None:
                     self.frontier.submit(result.outcome)
                 else:
                     self.scheduler.offer(slot.host, task, front=True)
@@ -343,20 +384,41 @@ class Engine:
                     return _Result(None, verdict.not_before, contacted=verdict.contacted)
                 if verdict is not None:
                     return self._final(c, 0, verdict)
-            if not self.scheduler.reserve_fetch(slot, limit):
+        except DNSError as exc:
+            return self._dns_failure(c, u, exc)
+        except FetchError as exc:
+            return self._failure(slot, c, u, exc.reason)
+        render = self.renderer is not None and self.renderer.wants(u.host)
+        if render and not self.renderer.reserve():  # type: ignore[union-attr]
+            # A worker never waits on the browser: this host's URL waits, others go on.
+            return _Result(None, time.monotonic() + _RENDER_FULL_WAIT, contacted=False)
+        result = _Result(None, contacted=False)
+        try:
+            result = self._fetch(slot, c, u, render)
+        finally:
+            if render and not result.handed:
+                self.renderer.unreserve()  # type: ignore[union-attr]
+        return result
+
+    def _fetch(self, slot: HostSlot, c: Claimed, u: URL, render: bool) -> _Result:
+        try:
+            if not self.scheduler.reserve_fetch(slot, self.config.max_pages_per_host):
                 return self._final(c, 0, "host_page_limit")
             if not self._reserve_fetch():
                 return _Result(None, contacted=False)
             response = self.fetcher.fetch(u)
         except DNSError as exc:
-            reason = "private_ip" if exc.kind == "private" else f"dns_{exc.kind}"
-            self._mark_bad(u, reason)
-            return self._final(c, 0, reason)
+            return self._dns_failure(c, u, exc)
         except FetchError as exc:
             return self._failure(slot, c, u, exc.reason)
         with self.stats_lock:
             self.bytes += response.wire_bytes
-        return self._response(slot, c, response)
+        return self._response(slot, c, response, render)
+
+    def _dns_failure(self, c: Claimed, u: URL, exc: DNSError) -> _Result:
+        reason = "private_ip" if exc.kind == "private" else f"dns_{exc.kind}"
+        self._mark_bad(u, reason)
+        return self._final(c, 0, reason)
 
     def _reserve_fetch(self) -> bool:
         """Count a fetch against --max-pages; False (and stop) once the limit is reached."""
@@ -419,7 +481,7 @@ class Engine:
         again = Pending(e.url, e.depth, e.hops, e.attempts + 1)
         return _Result(Outcome(c, None, requeue=again), time.monotonic() + wait)
 
-    def _response(self, slot: HostSlot, c: Claimed, r: FetchResult) -> _Result:
+    def _response(self, slot: HostSlot, c: Claimed, r: FetchResult, render: bool) -> _Result:
         cfg = self.config
         e = c.entry
         status = r.status
@@ -436,5 +498,9 @@ class Engine:
             outcome = Outcome(c, self._record(c, status, "", **self.reader.fields(r, "")))
             return _Result(outcome, time.monotonic() + wait)
         self.scheduler.host_ok(slot)
+        if render and status == 200 and r.body and is_html(r.headers.get("content-type"),
+                                                           r.body[:512]):
+            self.renderer.hand(RenderJob(c, r))  # type: ignore[union-attr]
+            return _Result(None, handed=True)
         reason, fields, links = self.reader.read(e, r)
         return _Result(Outcome(c, self._record(c, status, reason, **fields), links=links))

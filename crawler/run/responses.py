@@ -39,8 +39,9 @@ class ResponseReader:
         self._agent = (agent,)
         self._meta_names = ("robots", *self._agent)
 
-    def read(self, e: Pending, r: FetchResult) -> Reading:
-        """An answer that is neither a 429 nor a 5xx, fetched for ``e``."""
+    def read(self, e: Pending, r: FetchResult, dom: bytes = b"") -> Reading:
+        """An answer that is neither a 429 nor a 5xx, fetched for ``e``; ``dom``: the
+        page rendered in the browser, whose links and robots meta tags count too."""
         cfg = self.config
         status = r.status
         links: list[tuple[bytes, Pending]] = []
@@ -65,15 +66,31 @@ class ResponseReader:
                     follow_rel_nofollow=not cfg.obey_robots,
                     robots_meta_names=self._meta_names,
                 )
-                outlinks = len(page.links)
+                follow, dont = list(page.links), list(page.nofollow_links)
+                page_noindex, page_nofollow = page.noindex, page.nofollow
+                if dom:  # the server's links first, then the ones only scripts made
+                    shown = extract(
+                        dom,
+                        r.url,
+                        content_type="text/html; charset=utf-8",
+                        max_url_length=cfg.max_url_length,
+                        follow_rel_nofollow=not cfg.obey_robots,
+                        robots_meta_names=self._meta_names,
+                    )
+                    known = set(follow) | set(dont)
+                    follow += [u for u in shown.links if u not in known]
+                    dont += [u for u in shown.nofollow_links if u not in known]
+                    page_noindex = page_noindex or shown.noindex
+                    page_nofollow = page_nofollow or shown.nofollow
+                outlinks = len(follow)
                 tag_nofollow, tag_noindex = robots_directives(
                     r.headers.get("x-robots-tag", ""), self._agent
                 )
-                noindex = (page.noindex or tag_noindex) and cfg.obey_robots
-                nofollow = (page.nofollow or tag_nofollow) and cfg.obey_robots
-                graph = pack_links(page.links, page.nofollow_links, page_nofollow=nofollow)
+                noindex = (page_noindex or tag_noindex) and cfg.obey_robots
+                nofollow = (page_nofollow or tag_nofollow) and cfg.obey_robots
+                graph = pack_links(follow, dont, page_nofollow=nofollow)
                 if not nofollow and (cfg.max_depth is None or e.depth + 1 <= cfg.max_depth):
-                    links = self.admissible(list(page.links), e.depth + 1, 0)
+                    links = self.admissible(follow, e.depth + 1, 0)
             else:
                 reason = "not_html"
                 if cfg.store_types and stores_type(cfg.store_types, content_type(r)[0]):

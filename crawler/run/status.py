@@ -111,6 +111,28 @@ def rss_bytes() -> int:
         return 0
 
 
+def tree_rss_bytes(leader: int | None) -> int:
+    """Resident set size of the processes in ``leader``'s process group (the browser
+    and its renderers); 0 for None or where /proc is unavailable."""
+    if leader is None:
+        return 0
+    total = 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            if int(fields[2]) == leader:  # pgrp, the 5th field
+                total += int(fields[21]) * page  # rss in pages, the 24th
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 class Reporter:
     """Writes ``status.json`` every ``interval`` seconds and, with ``log_line``, logs
     the status line (a shard leaves the line to its supervisor)."""
@@ -135,6 +157,10 @@ class Reporter:
         with e.stats_lock:
             errors = {k: v for k, v in sorted(e.outcomes.items()) if k}
         outbox = e.frontier.outbox
+        render: dict[str, Any] = {}
+        if e.renderer is not None:
+            render = {**e.renderer.counts(), "subrequests": e.subrequests,
+                      "browser_rss_mb": round(tree_rss_bytes(e.renderer.browser.pid) / 1e6, 1)}
         return {
             "shard": e.place.index,
             "shards": e.place.count,
@@ -156,6 +182,7 @@ class Reporter:
             "classes": by_class(errors),
             "mb": round(e.bytes / 1e6, 1),
             "rss_mb": round(rss_bytes() / 1e6, 1),
+            **render,
         }
 
     def report(self, *, final: bool = False) -> dict[str, Any]:
@@ -186,6 +213,12 @@ def status_line(snap: dict[str, Any]) -> str:
         f"bad hosts {snap['bad_hosts']} | {top or 'nothing recorded yet'} | "
         f"{snap['mb']:.1f} MB rss {snap['rss_mb']:.0f} MB"
     )
+    if "rendered" in snap:
+        line += (
+            f" | rendered {snap['rendered']} (failed {snap['render_failed']}, "
+            f"queued {snap['render_queued']}, rendering {snap['rendering']}) "
+            f"browser {snap.get('browser_rss_mb', 0):.0f} MB"
+        )
     if snap.get("shards", 1) > 1:
         line += f" | shards {snap.get('shards_up', snap['shards'])}/{snap['shards']}"
         if snap.get("outbox"):
@@ -196,14 +229,18 @@ def status_line(snap: dict[str, Any]) -> str:
 # Snapshot fields that add up over shards (pages_per_s is recomputed by whoever sums).
 _SUMMED = ("fetched", "done", "pending", "in_flight", "waiting", "hosts", "bad_hosts", "outbox",
            "mb", "rss_mb", "pages_per_s", "avg_pages_per_s")
+# A rendering crawl's fields (--render-js), summed when the shards have them.
+_RENDER = ("rendered", "render_failed", "render_queued", "rendering", "browser_starts",
+           "subrequests", "browser_rss_mb")
 
 
 def sum_snapshots(snaps: list[dict[str, Any]]) -> dict[str, Any]:
     """One crawl's snapshot from its shards' (outcomes summed by key, classes again)."""
-    out: dict[str, Any] = {k: 0 for k in _SUMMED}
+    summed = _SUMMED + (_RENDER if any("rendered" in s for s in snaps) else ())
+    out: dict[str, Any] = {k: 0 for k in summed}
     outcomes: dict[str, int] = {}
     for snap in snaps:
-        for k in _SUMMED:
+        for k in summed:
             out[k] += snap.get(k, 0)
         for key, n in snap.get("outcomes", {}).items():
             outcomes[key] = outcomes.get(key, 0) + n
