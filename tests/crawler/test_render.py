@@ -42,6 +42,29 @@ def assert_cut_as_designed(web: TestWeb, data: Path) -> None:
     assert cut[scripts(web, "endless.html")] == "render_timeout", cut
 
 
+def wait_requested(web: TestWeb, proc: subprocess.Popen[bytes], url: str) -> None:
+    """Until the running crawl ``proc`` has requested ``url`` (two minutes at most)."""
+    deadline = time.monotonic() + 120
+    while url not in requested(web):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def resume_and_match(web: TestWeb, data: Path, args: list[str]) -> None:
+    """Run the crawl ``args`` started again (renders cut at 5 s) to its end: the designed
+    renders are cut, the rest matches the oracle."""
+    at = args.index("--render-timeout") + 1
+    done = subprocess.run([*args[:at], "5", *args[at + 1 :]], capture_output=True,
+                          timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])))
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert_cut_as_designed(web, data)
+    got = {u for u, r in records(data).items() if r.status}
+    assert got == set(web.oracle.crawl(render={"h0.test"}).fetched)
+    assert record(data, scripts(web, "endless.html")).render == "render_timeout"
+
+
 def requested(web: TestWeb) -> list[str]:
     return [r.url for r in web.log.records()]
 
@@ -241,11 +264,7 @@ def test_kill9_while_rendering_then_resume_matches_the_oracle(
                     "--render-memory", "64")
     proc = start_cli(args)
     endless = scripts(web, "endless.html")
-    deadline = time.monotonic() + 120
-    while endless not in requested(web):  # the endless page is being rendered now
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_requested(web, proc, endless)  # the endless page is being rendered now
     time.sleep(0.5)
     browsers = children(proc.pid)
     assert browsers, "no browser process under the crawler"
@@ -255,15 +274,7 @@ def test_kill9_while_rendering_then_resume_matches_the_oracle(
     while any(alive(p) for p in browsers):  # the browser quits with the crawler's pipe
         assert time.monotonic() < gone_by, [p for p in browsers if alive(p)]
         time.sleep(0.05)
-    resumed = [*args[: args.index("--render-timeout") + 1], "5",
-               *args[args.index("--render-timeout") + 2 :]]
-    done = subprocess.run(resumed, capture_output=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])))
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    assert_cut_as_designed(web, data)
-    got = {u for u, r in records(data).items() if r.status}
-    assert got == set(web.oracle.crawl(render={"h0.test"}).fetched)
-    assert record(data, endless).render == "render_timeout"
+    resume_and_match(web, data, args)
 
 
 def test_ctrl_c_while_rendering_stops_without_waiting_for_the_render(
@@ -278,11 +289,8 @@ def test_ctrl_c_while_rendering_stops_without_waiting_for_the_render(
                     "--render-memory", "64", "--status-interval", "0.2")
     proc = start_cli(args)
     endless = scripts(web, "endless.html")
+    wait_requested(web, proc, endless)
     deadline = time.monotonic() + 120
-    while endless not in requested(web):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
     # The endless page is in a tab once nothing waits for one and a render stays under
     # way (every other page renders in well under a second).
     busy_since = None
@@ -302,15 +310,7 @@ def test_ctrl_c_while_rendering_stops_without_waiting_for_the_render(
     assert proc.returncode == 128 + signal.SIGINT, err.decode()[-2000:]
     assert endless not in records(data)  # not recorded: it was put back, not cut
     web.log.clear()
-    resumed = [*args[: args.index("--render-timeout") + 1], "5",
-               *args[args.index("--render-timeout") + 2 :]]
-    done = subprocess.run(resumed, capture_output=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])))
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    assert_cut_as_designed(web, data)
-    got = {u for u, r in records(data).items() if r.status}
-    assert got == set(web.oracle.crawl(render={"h0.test"}).fetched)
-    assert record(data, endless).render == "render_timeout"
+    resume_and_match(web, data, args)
     assert endless in requested(web)  # fetched again by the resume
 
 
