@@ -141,9 +141,13 @@ def outcome(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[str, Any
 
 # A key pool small enough that batches repeat keys and deletes hit; md5 digests and
 # counters in both byte orders (the hash must spread both).
+# 4,000 distinct keys: md5 keys, and small integers in both byte orders (from 1 in
+# little-endian: 0 is the same key either way, and the batch tests' contract is a batch
+# of distinct keys, which that duplicate broke when hypothesis drew it).
 POOL = [kvstore.md5_key(str(i)) for i in range(3000)] + [
-    i.to_bytes(16, order) for i in range(500) for order in ("big", "little")
-]
+    i.to_bytes(16, "big") for i in range(500)
+] + [i.to_bytes(16, "little") for i in range(1, 501)]
+assert len(set(POOL)) == len(POOL) == 4000
 POOL_ARR = np.frombuffer(b"".join(POOL), dtype=np.uint8).reshape(-1, 16)
 
 
