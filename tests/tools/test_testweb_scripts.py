@@ -198,7 +198,7 @@ class TestOracleRender:
         assert plain.subresources == frozenset()
         subs = {u for h in HOSTS for u in at(web, h, ["app.js", "data.json"])}
         assert rendered.subresources == subs
-        assert rendered.requests == rendered.fetched | rendered.robots | subs
+        assert rendered.requests == rendered.fetched | rendered.robots | subs | rendered.sitemaps
         assert not subs & rendered.fetched  # requested by the browser, not crawled
         for url in script_only(web):
             assert rendered.depth[url] == rendered.depth[url.split("/t/")[0] + "/"] + 2

@@ -5,18 +5,24 @@ the loopback adapter, names resolved by our DNS server with dnspython),
 extracts links with lxml and normalizes them with its own small function.
 It shares nothing with the oracle but the robots.txt matcher (tested on its
 own in test_robots_txt.py), so oracle == crawl_live checks the site's HTML
-against the site's description.
+against the site's description. It reads sitemaps as the oracle's docstring
+says a crawler does (robots.txt's Sitemap lines, /sitemap.xml, gzip, a
+non-recovering XML parser, text sitemaps), with its own small reader and a
+1 MiB body limit, so oracle == crawl_live also checks the sitemap files'
+bytes against their Nodes.
 """
 
 from __future__ import annotations
 
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import lxml.html
 import requests
+from lxml import etree
 
 from tools.testweb import client
 from tools.testweb.harness import TestWeb
@@ -24,6 +30,11 @@ from tools.testweb.robots import ALLOW_ALL, DISALLOW_ALL, RobotsRules, parse
 
 READ_LIMIT = 1 << 20  # bytes of a body the plain crawler reads at most
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+SITEMAP_NS = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
+MAX_SITEMAPS = 64  # per host
+MAX_NESTING = 2
+MAX_ENTRIES = 50_000  # per file
+Entries = tuple[tuple[str, str], ...]
 
 
 def plain_normalize(href: str, base: str) -> str | None:
@@ -47,6 +58,14 @@ class LiveCrawl:
     robots: set[str] = field(default_factory=set)
     unreachable: set[str] = field(default_factory=set)
     status: dict[str, int] = field(default_factory=dict)
+    # Sitemaps requested and answered -> their (url, lastmod) entries of their origin.
+    sitemaps: dict[str, Entries] = field(default_factory=dict)
+    sitemap_children: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def crawl_live(
@@ -58,8 +77,12 @@ def crawl_live(
     scope: set[str] | None = None,
     max_redirects: int = 10,
     dns_lifetime: float = 1.0,
+    sitemaps: str = "all",
 ) -> LiveCrawl:
-    """A breadth-first crawl with requests + lxml (slow, simple, obviously right)."""
+    """A breadth-first crawl with requests + lxml (slow, simple, obviously right).
+
+    ``sitemaps``: "all" (robots.txt's Sitemap lines and /sitemap.xml), "robots", "off".
+    """
     out = LiveCrawl()
     resolver = client.dns_resolver(web.nameserver, lifetime=dns_lifetime)
     addresses: dict[str, str | None] = {}
@@ -77,8 +100,44 @@ def crawl_live(
 
     session = client.session(resolve, str(web.ca_file))
     rules: dict[str, RobotsRules | None] = {}
+    lines: dict[str, list[str]] = {}  # origin -> its robots.txt's Sitemap values
+    read: set[str] = set()  # origins whose sitemaps were read
     seen: set[str] = set()
     queue: deque[tuple[str, int, int]] = deque()
+
+    def read_sitemaps(origin: str) -> None:
+        """Request ``origin``'s sitemaps and queue their entries at depth 1."""
+        found = []
+        if obey_robots and sitemaps != "off":
+            found = [plain_normalize(v, origin + "/robots.txt") for v in lines[origin]]
+        if sitemaps == "all":
+            found.append(origin + "/sitemap.xml")
+        todo = deque((u, 0) for u in dict.fromkeys(found) if u and _origin(u) == origin)
+        asked = 0
+        while todo:
+            url, level = todo.popleft()
+            if url in out.sitemaps or level > MAX_NESTING or asked >= MAX_SITEMAPS:
+                continue
+            parts = urlsplit(url)
+            target = parts.path + (f"?{parts.query}" if parts.query else "")
+            r = rules.get(origin)
+            if obey_robots and r is not None and not r.allowed(target):
+                continue
+            resp = _get(session, url)
+            if resp is None:
+                continue
+            asked += 1
+            got, kids, moved = _sitemap(resp, url)
+            out.sitemaps[url] = tuple(e for e in got if _origin(e[0]) == origin)
+            out.sitemap_children[url] = tuple(k for k in kids if _origin(k) == origin)
+            if moved is not None and _origin(moved) == origin:
+                todo.append((moved, level))
+            todo.extend((k, level + 1) for k in out.sitemap_children[url])
+            for page, _ in out.sitemaps[url]:
+                if page not in seen:
+                    seen.add(page)
+                    queue.append((page, 1, 0))
+
     for s in seeds or [web.seed_url]:
         queue.append((plain_normalize(s, s) or s, 0, 0))
         seen.add(queue[-1][0])
@@ -94,11 +153,17 @@ def crawl_live(
             origin = f"{parts.scheme}://{parts.netloc}"
             if obey_robots:
                 if origin not in rules:
-                    rules[origin] = _robots(session, origin, out)
+                    rules[origin], lines[origin] = _robots(session, origin, out)
                 r = rules[origin]
                 if r is None:
                     out.unreachable.add(url)
                     continue
+            if sitemaps != "off" and origin not in read:
+                read.add(origin)
+                read_sitemaps(origin)
+            if obey_robots:
+                r = rules[origin]
+                assert r is not None
                 target = parts.path + (f"?{parts.query}" if parts.query else "")
                 if not r.allowed(target):
                     continue
@@ -125,18 +190,75 @@ def crawl_live(
     return out
 
 
-def _robots(session: requests.Session, origin: str, out: LiveCrawl) -> RobotsRules | None:
+def _robots(session: requests.Session, origin: str,
+            out: LiveCrawl) -> tuple[RobotsRules | None, list[str]]:
+    """The rules of ``origin``'s robots.txt (None: unreachable) and its Sitemap values."""
     url = origin + "/robots.txt"
     resp = _get(session, url)
     if resp is None:
-        return None
+        return None, []
     out.robots.add(url)
-    body = b"".join(_read(resp))
+    text = b"".join(_read(resp)).decode("utf-8", "replace")
     if resp.status_code >= 500:
-        return DISALLOW_ALL
+        return DISALLOW_ALL, []
     if resp.status_code >= 400:
-        return ALLOW_ALL
-    return parse(body.decode("utf-8", "replace"))
+        return ALLOW_ALL, []
+    values = []
+    for line in text.splitlines():
+        key, colon, value = line.split("#", 1)[0].partition(":")
+        if colon and key.strip().lower() == "sitemap" and value.strip():
+            values.append(value.strip())
+    return parse(text), values if resp.status_code == 200 else []
+
+
+def _sitemap(resp: requests.Response,
+             url: str) -> tuple[list[tuple[str, str]], list[str], str | None]:
+    """A sitemap answer's (entries, child sitemaps, same-level redirect target)."""
+    if resp.is_redirect:
+        resp.close()
+        return [], [], plain_normalize(resp.headers["Location"], url)
+    if resp.status_code != 200:
+        resp.close()
+        return [], [], None
+    body = b"".join(_read(resp))
+    resp.close()
+    if body[:2] == b"\x1f\x8b":  # gzip, whatever the headers say
+        body = zlib.decompressobj(wbits=47).decompress(body, READ_LIMIT)
+    ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if ctype in HTML_TYPES:
+        return [], [], None
+    if ctype == "text/plain":
+        found = (plain_normalize(line, url) for line in body.decode("utf-8", "replace").split("\n")
+                 if urlsplit(line.strip()).scheme in ("http", "https"))
+        return [(u, "") for u in found if u][:MAX_ENTRIES], [], None
+    entries: list[tuple[str, str]] = []
+    kids: list[str] = []
+    loc = lastmod = ""
+    parser = etree.XMLPullParser(events=("start", "end"))
+    try:  # a non-recovering parser: whatever comes after an error is not read
+        parser.feed(body)
+        parser.close()
+    except etree.XMLSyntaxError:
+        pass
+    for event, el in parser.read_events():
+        if event == "start":
+            if el.getparent() is None and el.tag not in (SITEMAP_NS + "urlset",
+                                                         SITEMAP_NS + "sitemapindex"):
+                return [], [], None
+            continue
+        name = el.tag.removeprefix(SITEMAP_NS)
+        if name == "loc":
+            loc = (el.text or "").strip()
+        elif name == "lastmod":
+            lastmod = (el.text or "").strip()
+        elif name in ("url", "sitemap"):
+            canon = plain_normalize(loc, url) if loc else None
+            if canon is not None and name == "url":
+                entries.append((canon, lastmod))
+            elif canon is not None:
+                kids.append(canon)
+            loc = lastmod = ""
+    return entries[:MAX_ENTRIES], kids[:MAX_ENTRIES], None
 
 
 def _get(session: requests.Session, url: str) -> requests.Response | None:

@@ -8,7 +8,8 @@ Three groups of faults (the exact behaviour of each is in docs/TESTWEB.md):
   host's ``/x/`` index, so the base graph keeps its shape.
 - *feature* faults add a small subtree ``/x/<kind>/`` of hostile pages to
   ``host`` (redirect loops, a spider trap, odd links, links only scripts
-  add, ...).
+  add, pages only sitemaps list, ...). ``sitemaps`` also gives its host a
+  ``/sitemap.xml`` and ``Sitemap:`` lines in its robots.txt.
 - *host* faults break a whole host: its DNS, its port, its robots.txt or its
   certificate. Without ``host`` they get a dedicated extra host (for example
   ``refused.test``) linked from ``h0.test/x/``; with ``host`` they break that
@@ -63,6 +64,7 @@ KINDS: dict[str, Kind] = {
         Kind("meta_robots", FEATURE, {}),
         Kind("idn", FEATURE, {"name": "bücher.test"}),
         Kind("scripts", FEATURE, {"delay_ms": 300}),
+        Kind("sitemaps", FEATURE, {}),
         Kind("refused", HOST, {}, extra_host="refused.test"),
         Kind("nxdomain", HOST, {}, extra_host="nx.test"),
         Kind("dns_servfail", HOST, {}, extra_host="servfail.test"),

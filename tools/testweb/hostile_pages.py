@@ -21,6 +21,7 @@ from .faults import Fault
 from .model import NOT_FOUND, Node, text_node
 from .render import leaf_page, link_list
 from .scripted import scripts
+from .sitemapped import sitemaps
 from .urls import idna_host, quote_path
 
 if TYPE_CHECKING:
@@ -413,4 +414,5 @@ _FEATURES = {
     "meta_robots": _meta_robots,
     "idn": _idn,
     "scripts": scripts,
+    "sitemaps": sitemaps,
 }

@@ -3,11 +3,25 @@ server (which sends it) and the oracle (which reasons about it) read."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .faults import Fault
 
 HTML = "text/html; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class Lazy:
+    """A body made on first use by ``build(*args)`` (which caches it), for bodies
+    that are slow to make (a gzip bomb): the oracle reads Nodes, never these bytes."""
+
+    build: Callable[..., bytes]
+    args: tuple[Any, ...] = ()
+
+    def __call__(self) -> bytes:
+        return self.build(*self.args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,13 +42,21 @@ class Node:
     # (scripts, fetch()ed data).
     script_links: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()
+    # A sitemap: what a correct crawler reads from this body within its limits
+    # (the first 50,000 entries, 10 MiB on the wire, 20 MiB decoded), whatever
+    # the bytes hold past them: (canonical page URL, lastmod as written or "")
+    # of a urlset or text sitemap, canonical child sitemap URLs of an index.
+    # Other origins included; the crawler drops those (the oracle does).
+    sitemap_urls: tuple[tuple[str, str], ...] = ()
+    sitemap_children: tuple[str, ...] = ()
     # For the server.
     content_type: str | None = HTML
     headers: tuple[tuple[str, str], ...] = ()
-    body: bytes | None = None  # None: a generated page, rendered from ``page``
+    body: bytes | None = None  # None: a generated page (``page``) or a ``lazy`` one
     raw_location: str | None = None  # the Location header as sent (may be relative)
     page: int | None = None
     delivery: Fault | None = None  # a response fault the server applies while sending
+    lazy: Lazy | None = None  # the body when ``body`` is None and it is no generated page
 
     def but(self, **changes: object) -> Node:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -32,7 +32,35 @@ Assumptions about the crawler, each a documented choice:
   ``data.json``): if one is blocked or unreachable, it adds none. Pages that
   never settle (endless loops, memory hogs) add no script links, and their
   server links are still followed. With ``render=False`` (the default) none
-  of this happens: a plain crawler.
+  of this happens: a plain crawler;
+- sitemaps (``sitemaps``: "all", the crawler's default, "robots" or "off"):
+  the first time a page URL of host H reaches the robots check (it passed
+  scope, URL length and depth, and H is reachable; one robots.txt then
+  blocks counts too, subresources do not), H's sitemaps are read, obeying
+  robots or not (scope and robots.txt apply to sitemap files, depth and
+  URL length do not). Candidates, in
+  order, duplicates removed: the ``Sitemap:`` lines of H's robots.txt
+  (obeying robots, "all" or "robots", robots.txt answered 200; field name
+  in any case, anywhere in the file; resolved against the robots.txt URL),
+  then (only "all") H's ``/sitemap.xml``; only those of H's origin (scheme,
+  host, port), all at nesting level 0. Per host, first in first out, a
+  candidate is requested iff it was not requested before in the crawl, H
+  has requested fewer than ``MAX_SITEMAPS_PER_HOST``, its level is at most
+  ``MAX_SITEMAP_NESTING`` and (obeying robots) robots.txt allows it. Only a
+  final 200 gives something: its page entries of the sitemap's origin join
+  the walk at depth 1, 0 hops, and go through every check as links do
+  (scope, URL length, depth, robots, dedup); its child sitemaps of that
+  origin become candidates at level + 1. A 3xx to the same origin makes
+  its Location a candidate at the same level; anything else (other
+  statuses, an HTML page, other origins' entries) gives nothing. What a
+  file gives is ``Node.sitemap_urls`` / ``sitemap_children`` (what a
+  crawler reads within its body limits, 10 MiB on the wire and 20 MiB
+  decoded), of which the first ``MAX_SITEMAP_ENTRIES`` count. So every
+  crawled host is asked for ``/sitemap.xml`` by default (a 404 on hosts
+  without the ``sitemaps`` feature). A crawler that met a URL at a larger
+  depth before its sitemap came keeps that depth where the oracle takes 1:
+  the difference shows only with ``max_depth`` (the feature's pages are
+  linked from nothing, so it does not arise there).
 """
 
 from __future__ import annotations
@@ -40,14 +68,21 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .model import Node
-from .site import ROBOTS, Site
-from .urls import normalize, split
+from .site import ROBOTS, Host, Site
+from .urls import normalize, origin, split
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 DEFAULT_MAX_REDIRECTS = 10
 DEFAULT_LIMIT = 1_000_000  # fetched URLs before the walk calls the site infinite
+# The crawler's sitemap limits.
+MAX_SITEMAPS_PER_HOST = 64  # sitemap files requested per host, redirects included
+MAX_SITEMAP_NESTING = 2  # index levels below the candidates of robots.txt and /sitemap.xml
+MAX_SITEMAP_ENTRIES = 50_000  # entries of one file that count (the sitemaps.org limit)
+SITEMAP_MODES = ("all", "robots", "off")
+DEFAULT_SITEMAP = "/sitemap.xml"
 
 Scope = Collection[str] | Callable[[str], bool] | None
 Render = bool | Collection[str] | Callable[[str], bool]
@@ -77,11 +112,19 @@ class CrawlResult:
     crawl_delay: Mapping[str, float] = field(default_factory=dict)  # host -> Crawl-delay
     # Requested by the browser while rendering pages (render only): scripts, data.
     subresources: frozenset[str] = frozenset()
+    # Sitemap files requested (redirecting ones too), and for each: the (url,
+    # lastmod) page entries of its origin it gave, in file order; the child
+    # sitemaps of its origin it listed; its nesting level (0: from robots.txt
+    # or /sitemap.xml). () for a 404, a redirect or an HTML page.
+    sitemaps: frozenset[str] = frozenset()
+    sitemap_entries: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    sitemap_children: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    sitemap_levels: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def requests(self) -> frozenset[str]:
-        """Every URL the server sees at least once: pages, robots.txt, subresources."""
-        return self.fetched | self.robots | self.subresources
+        """Every URL the server sees at least once: pages, robots.txt, subresources, sitemaps."""
+        return self.fetched | self.robots | self.subresources | self.sitemaps
 
 
 class Oracle:
@@ -110,6 +153,9 @@ class Oracle:
         redirects_add_depth: bool = False,
         user_agent: str = "*",
         render: Render = False,
+        sitemaps: str = "all",
+        max_sitemaps_per_host: int | None = None,
+        max_sitemap_nesting: int | None = None,
         limit: int = DEFAULT_LIMIT,
     ) -> CrawlResult:
         """The URLs a correct crawler fetches from ``seeds`` (default: the site's seed URL).
@@ -118,7 +164,14 @@ class Oracle:
         predicate on canonical URLs; seeds are checked like any other URL.
         ``render`` says which pages run their scripts: True (all), False
         (none), a collection of host names, or a predicate on canonical URLs.
+        ``sitemaps``: "all" (robots.txt's Sitemap lines and /sitemap.xml),
+        "robots" (the lines only) or "off"; the two limits default to the
+        crawler's ``MAX_SITEMAPS_PER_HOST`` and ``MAX_SITEMAP_NESTING``.
         """
+        if sitemaps not in SITEMAP_MODES:
+            raise ValueError(f"sitemaps must be one of {SITEMAP_MODES}, not {sitemaps!r}")
+        budget = MAX_SITEMAPS_PER_HOST if max_sitemaps_per_host is None else max_sitemaps_per_host
+        nesting = MAX_SITEMAP_NESTING if max_sitemap_nesting is None else max_sitemap_nesting
         in_scope = _scope(scope)
         rendered = _render(render)
         site = self.site
@@ -159,6 +212,50 @@ class Oracle:
                 crawl_delay[host] = rules.crawl_delay
             return rules.allowed(target)
 
+        levels: dict[str, int] = {}  # requested sitemap -> level
+        entries: dict[str, tuple[tuple[str, str], ...]] = {}
+        children: dict[str, tuple[str, ...]] = {}
+        per_host: dict[str, int] = {}
+        discovered: set[str] = set()
+
+        def discover(host: Host) -> None:
+            """Read ``host``'s sitemaps (once): request them, push their entries."""
+            if sitemaps == "off" or host.name in discovered:
+                return
+            discovered.add(host.name)
+            here = site.origin(host.name)
+            found = list(site.robots_sitemaps(host.name)) if obey_robots else []
+            if sitemaps == "all":
+                found.append(here + DEFAULT_SITEMAP)
+            todo = deque((u, 0) for u in dict.fromkeys(found) if _origin(u) == here)
+            while todo:
+                url, level = todo.popleft()
+                if url in levels or level > nesting or per_host.get(host.name, 0) >= budget:
+                    continue
+                if not in_scope(url):  # a crawler's URL rules apply to sitemap files too
+                    continue
+                t = split(url)
+                assert t is not None
+                if not robots_allow(host.name, t.target):
+                    continue
+                levels[url] = level
+                per_host[host.name] = per_host.get(host.name, 0) + 1
+                node = site.lookup(host.name, t.target)
+                got: tuple[tuple[str, str], ...] = ()
+                kids: tuple[str, ...] = ()
+                if node.status in REDIRECTS and node.location is not None:
+                    if _origin(node.location) == here:
+                        todo.append((node.location, level))
+                elif node.status == 200:
+                    got = tuple(e for e in node.sitemap_urls[:MAX_SITEMAP_ENTRIES]
+                                if _origin(e[0]) == here)
+                    kids = tuple(k for k in node.sitemap_children[:MAX_SITEMAP_ENTRIES]
+                                 if _origin(k) == here)
+                entries[url], children[url] = got, kids
+                for page, _ in got:
+                    push(page, 1, 0)
+                todo.extend((k, level + 1) for k in kids)
+
         def fetchable(sub: str) -> bool:
             """Whether the browser gets ``sub`` (reachable host, robots.txt allows it)."""
             where = site.served_by(sub)
@@ -181,7 +278,9 @@ class Oracle:
                 sets["unreach"].add(url)
                 continue
             host, target = where
-            if not robots_allow(host.name, target):
+            allowed = robots_allow(host.name, target)
+            discover(host)  # the first page URL of a host to get here reads its sitemaps
+            if not allowed:
                 sets["blocked"].add(url)
                 continue
             if url in fetched:
@@ -232,7 +331,23 @@ class Oracle:
             noindex=frozenset(noindex),
             crawl_delay=crawl_delay,
             subresources=frozenset(subresources),
+            sitemaps=frozenset(levels),
+            sitemap_entries=entries,
+            sitemap_children=children,
+            sitemap_levels=levels,
         )
+
+    def sitemap_only(self, seeds: Iterable[str] | None = None, **kw: Any) -> frozenset[str]:
+        """Pages fetched with sitemaps (``kw["sitemaps"]``, default "all") but not without."""
+        seeds = list(seeds) if seeds is not None else None
+        off = {**kw, "sitemaps": "off"}
+        return self.crawl(seeds, **kw).fetched - self.crawl(seeds, **off).fetched
+
+
+def _origin(url: str) -> str | None:
+    """``scheme://host[:port]`` of a URL (None when it is not http(s))."""
+    t = split(url)
+    return None if t is None else origin(t.scheme, t.host, t.port)
 
 
 def _scope(scope: Scope) -> Callable[[str], bool]:

@@ -14,7 +14,10 @@ Base host ``hi.test`` gets one of four robots.txt styles, by ``i % 4``:
 The matcher implements RFC 9309: the group whose product token matches the
 user agent (case-insensitively) or else ``*``; rules match the path+query as
 prefixes with ``*`` and a trailing ``$``; the longest match wins and Allow
-wins a tie; no match means allowed.
+wins a tie; no match means allowed. ``Sitemap`` lines belong to no group
+(RFC 9309 §2.2.4): ``sitemap_values`` reads them wherever they are, with a
+case-insensitive field name; the site adds its ``sitemaps`` feature's lines
+after the rules (so a host whose robots.txt would be a 404 serves one then).
 """
 
 from __future__ import annotations
@@ -83,6 +86,16 @@ def _compile(value: str) -> re.Pattern[str]:
         value = value[:-1]
     regex = ".*".join(re.escape(part) for part in value.split("*"))
     return re.compile(regex + ("$" if anchored else ""), re.DOTALL)
+
+
+def sitemap_values(text: str) -> tuple[str, ...]:
+    """The values of ``text``'s ``Sitemap:`` lines, as written, in file order."""
+    out = []
+    for raw in text.splitlines():
+        key, colon, value = raw.split("#", 1)[0].partition(":")
+        if colon and key.strip().lower() == "sitemap" and value.strip():
+            out.append(value.strip())
+    return tuple(out)
 
 
 @lru_cache(maxsize=256)

@@ -10,8 +10,10 @@ clients are cheap; nothing blocks the loop except rendering a page.
 
 The answer comes from ``Site.lookup`` (pure); the response faults that act
 while sending (a delay, a drip, a reset, a stream, a gzip bomb, 429/503
-until the n-th attempt) are carried out here. Every request is logged in the
-RequestLog before its bytes go out (see requestlog.py).
+until the n-th attempt) are carried out here. A body that is slow to make
+(``Node.lazy``: the sitemaps' gzip bomb) is made off the loop's thread.
+Every request is logged in the RequestLog before its bytes go out (see
+requestlog.py).
 
 Sockets are bound in ``bind()`` on the caller's thread, so the ports are
 known before the Site (whose URLs carry them) is built and served.
@@ -36,6 +38,7 @@ from .hostile_pages import filler, gzip_bomb
 from .model import Node
 from .requestlog import Request, RequestLog
 from .site import Site
+from .sitemapped import padding
 from .tls import SNI_ATTR
 
 log = logging.getLogger(__name__)
@@ -299,7 +302,10 @@ class WebServer:
         headers.extend(node.headers)
         if f is not None and f.kind in ("slow_drip", "reset", "huge_body", "gzip_bomb"):
             return await self._stream(writer, rec, node, f, headers, keep, head_only)
-        body = site.body(rec.host, node)
+        if node.lazy is not None:
+            body = await asyncio.to_thread(site.body, rec.host, node)
+        else:
+            body = site.body(rec.host, node)
         await self._send(writer, rec, node.status, headers, body, keep, head_only)
         return keep
 
@@ -387,8 +393,15 @@ class WebServer:
                 _abort_with_rst(writer)
                 return False
             elif kind == "huge_body":
-                left = int(f.num("size"))
-                block = filler(CHUNK)
+                # The node's body first (empty for the fault's pages), then filler:
+                # link-free HTML for HTML, XML padding for the rest (sitemaps' huge.xml).
+                size = int(f.num("size"))
+                head = body[:size]
+                block = filler(CHUNK) if node.html else padding(CHUNK)
+                left = size - len(head)
+                if head:
+                    rec.bytes += len(head)
+                    writer.write(b"%x\r\n%s\r\n" % (len(head), head) if length is None else head)
                 while left > 0:
                     piece = block[: min(left, CHUNK)]
                     left -= len(piece)

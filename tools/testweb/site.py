@@ -25,12 +25,13 @@ from random import Random
 
 from . import graph as g
 from . import hostile_pages as hostile
+from . import sitemapped
 from .faults import FEATURE, HOST, HUB_HOST, OUT_HOST, RESPONSE, Fault
 from .graph import Graph
 from .model import NOT_FOUND, Node, text_node
 from .render import TextPool, leaf_page, link_list, render_page
-from .robots import ALLOW_ALL, DISALLOW_ALL, RobotsRules, base_robots, parse
-from .urls import LOOPBACK_IP, REFUSED_IP, idna_host, origin, split, upper_pct
+from .robots import ALLOW_ALL, DISALLOW_ALL, RobotsRules, base_robots, parse, sitemap_values
+from .urls import LOOPBACK_IP, REFUSED_IP, idna_host, normalize, origin, split, upper_pct
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,10 @@ class Site:
         return node
 
     def _route(self, h: Host, path: str, query: str) -> Node:
+        if path == sitemapped.ROOT:  # a 404 (below) unless the host has the feature
+            f = self.features.get(h.name, {}).get("sitemaps")
+            if f is not None:
+                return sitemapped.root(self, f, h.name)
         if path.startswith("/x/"):
             return self._hostile(h, path)
         if h.index is None:
@@ -291,13 +296,17 @@ class Site:
 
     def _robots(self, h: Host) -> Node:
         base = base_robots(h.index, self.config.crawl_delay) if h.index is not None else None
+        feature = self.features.get(h.name, {}).get("sitemaps")
+        lines = sitemapped.robots_lines(self, feature, h.name) if feature is not None else ""
         f = h.robots_fault
+        if lines:
+            base = (base or "") + lines  # a robots.txt just for the lines, if need be
         if f is None:
             if base is None:
                 return NOT_FOUND.but(html=False)
             return Node(200, html=False, content_type="text/plain", body=base.encode())
         if h.index is None:
-            base = "User-agent: *\nDisallow: /e/2.html\n"
+            base = "User-agent: *\nDisallow: /e/2.html\n" + lines
         return hostile.robots_fault(f, base)
 
     def robots_rules(self, host: str, user_agent: str = "*") -> RobotsRules:
@@ -309,12 +318,24 @@ class Site:
             return ALLOW_ALL
         return parse(node.body.decode("utf-8", "replace"), user_agent)
 
+    def robots_sitemaps(self, host: str) -> tuple[str, ...]:
+        """The Sitemap lines of ``host``'s robots.txt, resolved against its URL and
+        canonical, in file order; none unless robots.txt answers 200."""
+        node = self._robots(self.hosts[host])
+        if node.status != 200 or node.body is None:
+            return ()
+        base = self.url(host, ROBOTS)
+        found = (normalize(v, base) for v in sitemap_values(node.body.decode("utf-8", "replace")))
+        return tuple(u for u in found if u is not None)
+
     # -- bodies ------------------------------------------------------------------
 
     def body(self, host: str, node: Node) -> bytes:
         """The bytes of a Node's body (rendering generated pages, cached)."""
         if node.body is not None:
             return node.body
+        if node.lazy is not None:
+            return node.lazy()
         assert node.page is not None
         return self.page_cache(host, node.page)
 
