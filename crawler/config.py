@@ -41,6 +41,10 @@ DEFAULT_RENDER_TABS = 4
 DEFAULT_RENDER_TIMEOUT = 10.0  # seconds a page may take to settle in the browser
 DEFAULT_RENDER_MEMORY = 512  # MiB of JavaScript heap per tab
 DEFAULT_RENDER_BROWSER = "chromium"
+# Which sitemaps a crawl reads (docs/SITEMAPS.md): robots.txt's Sitemap lines and
+# /sitemap.xml ("all"), only the lines ("robots"), or none ("off").
+SITEMAP_MODES = ("all", "robots", "off")
+DEFAULT_SITEMAPS = "all"
 
 
 # A --store-types entry: type/subtype, type/*, or *.
@@ -91,6 +95,7 @@ class CrawlerConfig:
     max_waiting_per_host: int = DEFAULT_MAX_WAITING_PER_HOST
     status_interval: float = DEFAULT_STATUS_INTERVAL
     store_types: tuple[str, ...] = ()  # non-HTML media types whose bodies are kept too
+    sitemaps: str = DEFAULT_SITEMAPS  # one of SITEMAP_MODES
     render_js: tuple[str, ...] = ()  # host regexes whose HTML pages are rendered (docs/RENDER.md)
     render_all: bool = False  # every HTML page is rendered
     render_tabs: int = DEFAULT_RENDER_TABS
@@ -125,6 +130,9 @@ class CrawlerConfig:
                     f"--store-types {media!r}: give a media type (application/pdf), "
                     "a family (image/*) or * for every type"
                 )
+        if self.sitemaps not in SITEMAP_MODES:
+            modes = ", ".join(SITEMAP_MODES)
+            raise ConfigError(f"--sitemaps {self.sitemaps!r}: give one of {modes}")
         if self.render_tabs < 1:
             raise ConfigError("--render-tabs must be at least 1")
         if not self.render_timeout > 0:

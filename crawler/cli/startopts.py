@@ -48,6 +48,14 @@ def whole(minimum: int) -> Any:
     return parse
 
 
+def sitemap_mode(value: str) -> str:
+    if value not in cfgmod.SITEMAP_MODES:
+        raise argparse.ArgumentTypeError(
+            f"not a sitemap mode: {value!r} (give {', '.join(cfgmod.SITEMAP_MODES)})"
+        )
+    return value
+
+
 def seconds(value: str) -> float:
     try:
         n = float(value)
@@ -102,6 +110,10 @@ OPTIONS: tuple[Opt, ...] = (
         "keep the bodies of these non-HTML media types too, for an archiving crawl "
         "(application/pdf, image/*, or * for all; repeatable or comma-separated; "
         "default: HTML bodies only)", "TYPE", "scope"),
+    Opt("sitemaps", "--sitemaps", sitemap_mode, cfgmod.DEFAULT_SITEMAPS,
+        "read sitemaps for URLs no link reaches: all (robots.txt's Sitemap lines and "
+        "/sitemap.xml), robots (the lines only) or off; their URLs enter at depth 1 "
+        "(docs/SITEMAPS.md)", "MODE", "scope"),
     Opt("max_depth", "--max-depth", whole(0), None,
         "seeds are depth 0, each link adds 1 (default: no limit)", "N", "scope"),
     Opt("max_pages_per_host", "--max-pages-per-host", whole(0), None,

@@ -18,6 +18,7 @@ import kvstore
 
 from ..exceptions import CrawlerError
 from ..read.listing import CrawlReader
+from ..read.sitemaps import summary as sitemap_summary
 from ..run.status import by_class, outcome_key, read_status, sum_snapshots
 from ..state.pages import decode_bulk
 from ..state.shards import shard_dirs
@@ -131,6 +132,7 @@ def collect(data_dir: str) -> dict[str, Any]:
         "classes": by_class(outcomes),
         "pending_bulks": bulks,
         "pending": pending,
+        "sitemaps": sitemap_summary(data_dir),
     }
     if snaps:
         last = snaps[0] if len(snaps) == 1 else sum_snapshots(snaps)
@@ -162,6 +164,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     for cls, n in info["classes"].items():
         print(f"    {cls}: {n}")
     print(f"  pending: {info['pending']} URLs in {info['pending_bulks']} bulks")
+    sm = info["sitemaps"]
+    if sm["read"]:
+        ends = ", ".join(f"{k} {n}" for k, n in sm["outcomes"].items())
+        print(f"  sitemaps read: {sm['read']} ({ends}); {sm['urls_listed']} URLs listed, "
+              f"{sm['urls_admitted']} handed to the frontier (python -m crawler sitemaps DIR)")
     snap = info.get("last_status")
     if snap:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap["time"]))

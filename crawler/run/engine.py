@@ -65,6 +65,7 @@ from .politeness import HostSlot, Scheduler
 from .render import RenderJob, RenderPool
 from .responses import ResponseReader
 from .robotsgate import HOST_FAILURES, ROBOTS_FETCH_BYTES, ROBOTS_MAX_REDIRECTS, RobotsGate, Wait
+from .sitemaps import Sitemaps, SitemapTask
 from .subfetch import SubTask, render_subfetch
 
 __all__ = ["ROBOTS_MAX_REDIRECTS", "Engine"]
@@ -129,6 +130,7 @@ class Engine:
         self.robots = self.robots_gate.cache  # the parsed robots.txt of each host
         self.robots_store = self.robots_gate.store
         self.reader = ResponseReader(config, self.scope, product_token(config.user_agent))
+        self.sitemaps = Sitemaps(self) if config.sitemaps != "off" else None
         self.stats_lock = threading.Lock()  # guards outcomes, fetched, bytes
         self.outcomes: Counter[str] = Counter()
         self.fetched = 0
@@ -192,6 +194,8 @@ class Engine:
         that cannot wait for slow hosts. Thread-safe."""
         self.fetcher.close()
         self.robots_fetcher.close()
+        if self.sitemaps is not None:
+            self.sitemaps.fetcher.close()
         if self.renderer is not None:
             self.renderer.browser.close()
 
@@ -280,6 +284,8 @@ class Engine:
         self.robots_store.close()
         self.fetcher.close()
         self.robots_fetcher.close()
+        if self.sitemaps is not None:
+            self.sitemaps.close()
 
     def _feed(self) -> bool:
         """Claim bulks while the scheduler has room; True if any URL was taken on.
@@ -345,7 +351,7 @@ class Engine:
             if item is None:
                 continue
             slot, task = item
-            if isinstance(task, SubTask):
+            if isinstance(task, (SubTask, SitemapTask)):
                 task.serve(self, slot)
                 continue
             claimed = task.claimed
@@ -378,12 +384,13 @@ class Engine:
             return self._final(c, 0, f"bad_host:{bad}")
         try:
             self.dns.resolve(u.host)
-            if cfg.obey_robots:
-                verdict = self.robots_gate.check(slot, u)
-                if isinstance(verdict, Wait):
-                    return _Result(None, verdict.not_before, contacted=verdict.contacted)
-                if verdict is not None:
-                    return self._final(c, 0, verdict)
+            verdict = self.robots_gate.check(slot, u) if cfg.obey_robots else None
+            if isinstance(verdict, Wait):
+                return _Result(None, verdict.not_before, contacted=verdict.contacted)
+            if self.sitemaps is not None:  # the origin's robots.txt is known now
+                self.sitemaps.discover(u)
+            if verdict is not None:
+                return self._final(c, 0, verdict)
         except DNSError as exc:
             return self._dns_failure(c, u, exc)
         except FetchError as exc:

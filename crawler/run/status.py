@@ -183,6 +183,7 @@ class Reporter:
             "mb": round(e.bytes / 1e6, 1),
             "rss_mb": round(rss_bytes() / 1e6, 1),
             **render,
+            "sitemaps": e.sitemaps.snapshot() if e.sitemaps is not None else {},
         }
 
     def report(self, *, final: bool = False) -> dict[str, Any]:
@@ -247,6 +248,11 @@ def sum_snapshots(snaps: list[dict[str, Any]]) -> dict[str, Any]:
     for k in ("mb", "rss_mb", "pages_per_s", "avg_pages_per_s"):
         out[k] = round(out[k], 1)
     out["outcomes"] = dict(sorted(outcomes.items()))
+    sitemaps: dict[str, int] = {}
+    for snap in snaps:
+        for key, n in snap.get("sitemaps", {}).items():
+            sitemaps[key] = sitemaps.get(key, 0) + n
+    out["sitemaps"] = dict(sorted(sitemaps.items()))
     out["classes"] = by_class(outcomes)
     out["running"] = any(s.get("running") for s in snaps)
     out["time"] = max((s.get("time", 0.0) for s in snaps), default=0.0)

@@ -128,6 +128,20 @@ def _field(line: str) -> tuple[str, str] | None:
     return None if name is None else (name, value.strip())
 
 
+def sitemap_values(text: str, limit: int) -> tuple[str, ...]:
+    """The values of ``text``'s first ``limit`` Sitemap lines, in file order. They
+    belong to no group (RFC 9309 §2.2.4), so they count wherever they are."""
+    out: list[str] = []
+    for raw in _EOL.split(text):
+        key, colon, value = raw.partition("#")[0].partition(":")
+        value = value.strip()
+        if colon and value and key.strip().lower() == "sitemap":
+            out.append(value)
+            if len(out) >= limit:
+                break
+    return tuple(out)
+
+
 def _delay(value: str) -> float | None:
     try:
         delay = float(value)

@@ -36,7 +36,9 @@ stays in the tests as a cross-check where it agrees with the RFC.) Our rules:
 2. Groups (§2.1, §2.2.1): a run of ``User-agent`` lines, then its rules.
    Allow, Disallow and Crawl-delay end the run; Sitemap and unknown lines do
    not (§2.2.4: other records must not interfere with the groups). Rules
-   before any ``User-agent`` belong to no group and are ignored.
+   before any ``User-agent`` belong to no group and are ignored. The values of
+   the first 64 ``Sitemap`` lines, wherever they are, are kept in ``sitemaps``
+   (crawler.run.sitemaps reads them).
 3. Group selection: a ``User-agent`` value applies to us when its leading
    ``[A-Za-z_-]+`` (so ``KVCrawl/1.0`` counts) equals our product token,
    case-insensitively; never by prefix. Every group naming us is merged; with
@@ -74,7 +76,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from ..exceptions import ConfigError
-from ._robotstxt import TOKEN, Group, canon, parse, target
+from ._robotstxt import TOKEN, Group, canon, parse, sitemap_values, target
 from .urls import DEFAULT_PORTS, URL
 
 __all__ = [
@@ -96,6 +98,8 @@ DEFAULT_MAX_ROBOTS_BYTES = 512 * 1024
 DEFAULT_ROBOTS_TTL = 24 * 3600.0
 #: After a 5xx or an unreachable robots.txt, when to try again.
 DEFAULT_ROBOTS_RETRY = 600.0
+#: Sitemap lines of one robots.txt that are read (crawler.run.sitemaps bounds the rest).
+MAX_ROBOTS_SITEMAPS = 64
 #: Uninterrupted failure after which an unreachable robots.txt means allow all.
 DEFAULT_UNREACHABLE_LIMIT = 30 * 86400.0
 
@@ -177,6 +181,7 @@ class RobotsRules:
         "failing_since",
         "fetched_at",
         "retry_at",
+        "sitemaps",
         "size",
         "state",
         "status",
@@ -195,6 +200,7 @@ class RobotsRules:
         group: Group | None = None,
         size: int = 0,
         truncated: bool = False,
+        sitemaps: tuple[str, ...] = (),
     ) -> None:
         self.state: State = state
         self.fetched_at = fetched_at
@@ -207,6 +213,8 @@ class RobotsRules:
         self.status = status
         self.size = size
         self.truncated = truncated
+        #: The values of the file's Sitemap lines, as written (relative ones too).
+        self.sitemaps = sitemaps
         self._group = group or _EMPTY
         #: Crawl-delay in seconds from our group (None if absent); the engine caps it.
         self.crawl_delay: float | None = self._group.crawl_delay
@@ -281,6 +289,7 @@ class RobotsRules:
             group=parse(text, token),
             size=len(data),
             truncated=truncated,
+            sitemaps=sitemap_values(text, MAX_ROBOTS_SITEMAPS),
         )
 
     def can_fetch(self, url: str | URL) -> bool:

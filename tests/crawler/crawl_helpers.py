@@ -21,6 +21,8 @@ from tools.measure_crawl import crawl_command
 from tools.testweb import TestWeb
 
 REPO = Path(__file__).resolve().parents[2]
+# Requests a crawl makes for each host besides its pages: robots.txt, the default sitemap.
+META_PATHS = ("/robots.txt", "/sitemap.xml")
 
 
 def config_for(web: TestWeb, data_dir: Path, **overrides: Any) -> CrawlerConfig:
@@ -174,8 +176,8 @@ def wait_for(
 
 
 def answered_pages(web: TestWeb) -> int:
-    """Page requests (robots.txt aside) the test web has answered so far."""
-    return sum(1 for r in web.log.records(done=True) if r.path != "/robots.txt")
+    """Page requests (robots.txt and /sitemap.xml aside) the test web has answered so far."""
+    return sum(1 for r in web.log.records(done=True) if r.path not in META_PATHS)
 
 
 def read_lines(stream: IO[bytes] | None) -> list[str]:
@@ -267,8 +269,10 @@ def run_cli(args: list[str], timeout: float = 180.0) -> subprocess.CompletedProc
 
 
 def page_refetches(web: TestWeb) -> dict[str, int]:
-    """URLs (robots.txt aside: each run reads it again) requested more than once, and how often."""
-    counts = Counter(r.url for r in web.log.records() if r.path != "/robots.txt")
+    """URLs (robots.txt and /sitemap.xml aside: a run reads robots.txt again, and a kill
+    between a sitemap's fetch and its record costs one more) requested more than once,
+    and how often."""
+    counts = Counter(r.url for r in web.log.records() if r.path not in META_PATHS)
     return {url: n for url, n in counts.items() if n > 1}
 
 

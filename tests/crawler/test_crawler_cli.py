@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from crawl_helpers import help_entries
+from crawl_helpers import META_PATHS, help_entries
 
 from crawler.cli import build_parser, main
 from tools.testweb import TestWeb
@@ -91,7 +91,7 @@ def test_a_crawl_from_the_command_line_then_status(
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("crawl complete: ")
     summary = json.loads(done.stdout.split(": ", 1)[1])
-    pages = [r for r in testweb.log.records() if not r.target.endswith("/robots.txt")]
+    pages = [r for r in testweb.log.records() if r.path not in META_PATHS]
     assert summary["complete"] and summary["fetched"] == len(pages)
     assert "fetched" in done.stderr and "rss" in done.stderr  # the status line
     status = subprocess.run(

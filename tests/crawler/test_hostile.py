@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from crawl_helpers import (
+    META_PATHS,
     Answer,
     Hit,
     LocalServer,
@@ -714,7 +715,7 @@ def test_spider_trap_is_bounded_by_max_pages_per_host_and_other_hosts_finish(
         per_host=2,
         oracle=dict(scope=lambda u: "/x/spider_trap/" not in u),
     )
-    pages = [r for r in web.log.records(host=trap_host) if r.path != "/robots.txt"]
+    pages = [r for r in web.log.records(host=trap_host) if r.path not in META_PATHS]
     assert len(pages) == limit and not web.log.duplicates()
     cut = [u for u, r in c.recs.items() if r.reason == "host_page_limit"]
     assert cut and all(host_name(u) == trap_host for u in cut)
@@ -779,11 +780,11 @@ def test_host_backoff_doubles_to_its_cap_and_starts_over_after_a_success(
     pages = [f"/p{i}.html" for i in range(12)]
 
     def answer(path: str, hits: list[Hit]) -> Answer:
-        if path == "/robots.txt":
+        if path in ("/robots.txt", "/sitemap.xml"):
             return 404, [], b""
         if path == "/":
             return html_links(pages)
-        n = sum(h.path not in ("/", "/robots.txt") for h in hits)
+        n = sum(h.path not in ("/", "/robots.txt", "/sitemap.xml") for h in hits)
         if n < len(SCRIPT) and SCRIPT[n] >= 500:
             return SCRIPT[n], [("Content-Type", "text/plain")], b"failed, try later\n"
         return html_links([])
@@ -792,7 +793,8 @@ def test_host_backoff_doubles_to_its_cap_and_starts_over_after_a_success(
         settings = {**LIMITS, "backoff": BACKOFF, "max_retry_after": BACKOFF_CAP}
         engine = run_crawl(testweb, tmp_path / "c", seeds=[server.url("/")], **settings)
     assert engine.complete  # type: ignore[attr-defined]
-    hits = sorted((h for h in server.hits if h.path != "/robots.txt"), key=lambda h: h.start)
+    hits = sorted((h for h in server.hits if h.path not in ("/robots.txt", "/sitemap.xml")),
+                  key=lambda h: h.start)
     statuses = [h.status for h in hits]
     assert statuses[: 1 + len(SCRIPT)] == [200, *SCRIPT]
     assert set(statuses[1 + len(SCRIPT) :]) == {200}

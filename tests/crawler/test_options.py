@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from crawl_helpers import (
+    META_PATHS,
     REPO,
     Answer,
     Hit,
@@ -125,10 +126,13 @@ def test_user_agent_is_sent_and_picks_its_robots_txt_group(tmp_path: Path) -> No
         ok(run_cli(local_args(server.url("/"), tmp_path / "default")))
         default = server.hits[len(ours) :]
     assert {h.headers.get("user-agent") for h in ours} == {agent}  # robots.txt and pages
-    assert [h.path for h in ours if h.path != "/robots.txt"] == ["/", "/open.html"]
+    assert [h.path for h in ours if h.path not in ("/robots.txt", "/sitemap.xml")] == [
+        "/", "/open.html"]
+    assert "/sitemap.xml" in {h.path for h in ours}  # read: robots.txt allows it to testbot
     got = records(tmp_path / "ours")
     assert got[server.url("/private/closed.html")].reason == "robots_disallowed"
-    # Under the default agent the "*" group applies: nothing but robots.txt is fetched.
+    # Under the default agent the "*" group applies: nothing but robots.txt is fetched
+    # (not even /sitemap.xml: robots.txt disallows it too).
     assert [h.path for h in default] == ["/robots.txt"]
     assert default[0].headers["user-agent"].startswith("kvcrawl/")
     assert records(tmp_path / "default")[server.url("/")].reason == "robots_disallowed"
@@ -216,7 +220,7 @@ def test_max_pages_stops_after_that_many_fetches_then_resume_finishes(
     done = ok(run_cli(cli_args(web, data, "--max-pages", "25")))
     assert done.stdout.startswith("crawl stopped (limit reached): ")
     assert json.loads(done.stdout.split(": ", 1)[1])["fetched"] == 25
-    assert len([r for r in web.log.records() if r.path != "/robots.txt"]) == 25
+    assert len([r for r in web.log.records() if r.path not in META_PATHS]) == 25
     assert len(fetched_urls(data)) == 25
     ok(run_cli(cli_args(web, data)))
     assert fetched_urls(data) == want

@@ -1,0 +1,307 @@
+"""Sitemaps: the URLs a site lists for crawlers, read for the pages no link reaches.
+
+Theory of operation (docs/SITEMAPS.md has the rules as a user sees them):
+
+- Discovery. The first time in a run that a page URL of an origin gets past
+  BadHosts, DNS and its robots.txt check, the engine calls ``discover``. The
+  origin's candidates are, in order, its robots.txt's ``Sitemap:`` lines
+  (``--sitemaps all`` or ``robots``, robots.txt obeyed and answered 2xx),
+  resolved against the robots.txt URL, and its ``/sitemap.xml`` (``all``).
+  Only sitemaps of the origin itself are read: a Sitemap line naming another
+  host is dropped (its host is crawled, if at all, for its own sitemaps).
+- Each candidate not yet read becomes a SitemapTask queued at the front of
+  its host in the scheduler, so a worker takes it under the host's
+  politeness (--per-host, --delay, Crawl-delay, backoff) and checks, like a
+  page, BadHosts, DNS with the private-address rule, and robots.txt (a
+  disallowed sitemap is not fetched).
+- Its answer is parsed by crawler.web.sitemaps (bounded: 50,000 URLs and
+  50 MB uncompressed per file, and the fetcher's --max-body-bytes and
+  --max-decoded-bytes). Page URLs of the same origin enter the frontier at
+  depth 1 (as if the home page linked them) through the same scope and
+  depth checks and dedup as links; an index's children of the same origin
+  are candidates one level down, to MAX_SITEMAP_NESTING; a same-origin
+  redirect is a candidate at the same level. Per origin at most
+  MAX_SITEMAPS_PER_HOST sitemaps are read in one crawl.
+- Crash safety: the URLs go through Frontier.receive, whose event is set once
+  they are written and fsynced; only then is the sitemap's record written
+  (crawler.state.sitemapstore). A kill in between refetches one sitemap. On
+  a resume, a recorded index is not fetched again, but its recorded children
+  are visited again, so a kill between an index and its children loses none.
+- 429 and 5xx answers and transient failures are retried like a page's
+  (--max-retries, the host's backoff or Retry-After); then the failure is
+  recorded, as is every other answer, so nothing is fetched twice.
+
+Thread-safety: ``discover`` from any worker (a lock guards the per-run maps);
+a SitemapTask is served by one worker at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin
+
+from ..exceptions import DataDirError, DNSError, FetchError, URLError
+from ..net.fetch import FetchResult, parse_retry_after
+from ..state.sitemapstore import SitemapStore
+from ..web.sitemaps import MAX_SITEMAP_BYTES, SitemapEntry, parse_sitemap
+from ..web.urls import URL, normalize, parse
+from .politeness import HostSlot
+from .robotsgate import Wait
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger(__name__)
+
+MAX_SITEMAPS_PER_HOST = 64  # sitemaps read per origin in one crawl
+MAX_SITEMAP_NESTING = 2  # an index's children are level 1, theirs level 2; no deeper
+SITEMAP_DEPTH = 1  # the depth its URLs enter at: one link from the home page
+_TRANSIENT = frozenset({"read_timeout", "total_timeout", "reset", "protocol"})
+_LOOK = 0.1  # seconds between two looks at whether the crawl stops, while waiting
+
+
+class Sitemaps:
+    """The sitemaps of one engine's crawl: discovery, the store, the counts."""
+
+    def __init__(self, engine: Engine) -> None:
+        cfg = engine.config
+        self.engine = engine
+        self.mode = cfg.sitemaps
+        self.store = SitemapStore(cfg.data_dir)
+        # The decoded limit is the smaller of ours and the protocol's 50 MB.
+        self.max_bytes = min(cfg.max_decoded_bytes, MAX_SITEMAP_BYTES)
+        self.fetcher = engine._fetcher(cfg.max_body_bytes, self.max_bytes)
+        self._lock = threading.Lock()
+        self._origins: dict[str, int] = {}  # robots key -> sitemaps visited this run
+        self._visited: set[str] = set()  # sitemap URLs queued or found recorded this run
+        self.counts: Counter[str] = Counter()
+
+    # -- discovery --------------------------------------------------------------
+
+    def discover(self, u: URL) -> None:
+        """A page URL of ``u``'s origin is about to be fetched (or decided): visit the
+        origin's sitemaps once per run. Cheap after the first call for an origin."""
+        origin = u.robots_key
+        if origin in self._origins:  # a dict read is atomic: no lock on the hot path
+            return
+        with self._lock:
+            if origin in self._origins:
+                return
+            self._origins[origin] = 0
+        candidates = []
+        cfg = self.engine.config
+        if self.mode in ("all", "robots") and cfg.obey_robots:
+            rules = self.engine.robots.peek(origin)
+            for value in rules.sitemaps if rules is not None else ():
+                candidates.append(urljoin(u.robots_url, value))
+        if self.mode == "all":
+            candidates.append(origin + "/sitemap.xml")
+        for url in candidates:
+            self.visit(u, url, 0)
+
+    def visit(self, site: URL, url: str, level: int) -> None:
+        """Queue sitemap ``url`` of ``site``'s origin, or, if a run recorded it, visit
+        what it led to. Other origins, repeats and visits past the budget are dropped."""
+        try:
+            s = parse(normalize(url, max_length=self.engine.config.max_url_length))
+        except URLError:
+            self.count("sitemap_bad_url")
+            return
+        if s.origin != site.origin:
+            self.count("sitemap_off_origin")
+            return
+        if not self.engine.scope.allows(s.url, s.host):  # --allow-regex, --deny-regex
+            self.count("sitemap_out_of_scope")
+            return
+        with self._lock:
+            if s.url in self._visited:
+                return
+            seen = self._origins.get(site.robots_key, 0)
+            if seen >= MAX_SITEMAPS_PER_HOST:
+                self.counts["sitemap_budget"] += 1
+                return
+            self._origins[site.robots_key] = seen + 1
+            self._visited.add(s.url)
+        record = self.store.get(s.url)
+        if record is None:
+            self.engine.scheduler.offer(s.host, SitemapTask(s, level), front=True)
+            return
+        if record.get("redirect"):
+            self.visit(site, record["redirect"], level)
+        if level < MAX_SITEMAP_NESTING:
+            for child in record.get("children", ()):
+                self.visit(site, child, level + 1)
+
+    def count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[key] += n
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+    def close(self) -> None:
+        self.fetcher.close()
+        self.store.close()
+
+
+class SitemapTask:
+    """One sitemap waiting in its host's queue."""
+
+    __slots__ = ("url", "level", "attempts")
+
+    def __init__(self, url: URL, level: int) -> None:
+        self.url = url
+        self.level = level
+        self.attempts = 0
+
+    def serve(self, engine: Engine, slot: HostSlot) -> None:
+        """Fetch and read the sitemap on a worker holding the host's ``slot``; free it."""
+        wait: Wait | None = None
+        contacted = False
+        try:
+            wait, contacted = self.run(engine, slot)
+        except Exception:  # noqa: BLE001 - one bad sitemap must not kill a worker
+            log.exception("unexpected error on sitemap %s", self.url.url)
+        finally:
+            if wait is not None:  # robots.txt pending, or a retry after a failure
+                engine.scheduler.offer(slot.host, self, front=True)
+            engine.scheduler.release(
+                slot,
+                not_before=wait.not_before if wait is not None else 0.0,
+                contacted=contacted or (wait is not None and wait.contacted),
+            )
+
+    def run(self, engine: Engine, slot: HostSlot) -> tuple[Wait | None, bool]:
+        """(a Wait if the task goes back to its host's queue, whether the host was contacted)."""
+        u, sitemaps, cfg = self.url, engine.sitemaps, engine.config
+        assert sitemaps is not None
+        if engine.bad_hosts.reason(u.host_key, time.time()) is not None:
+            sitemaps.count("sitemap_bad_host")  # not recorded: a later run may reach it
+            return None, False
+        try:
+            engine.dns.resolve(u.host)
+            if cfg.obey_robots:
+                verdict = engine.robots_gate.check(slot, u)
+                if isinstance(verdict, Wait):
+                    return verdict, False
+                if verdict is not None:
+                    sitemaps.count(f"sitemap_{verdict}")  # not recorded: robots.txt may change
+                    return None, False
+            r = sitemaps.fetcher.fetch(u)
+        except DNSError:
+            sitemaps.count("sitemap_dns_failed")
+            return None, False
+        except FetchError as exc:
+            if exc.reason == "aborted":  # the crawl is stopping: read it next run
+                return None, False
+            if exc.reason in _TRANSIENT and self.attempts < cfg.max_retries:
+                return self._again(engine, slot, None), True
+            self._store(engine, status=0, reason=exc.reason)
+            return None, True
+        with engine.stats_lock:
+            engine.bytes += r.wire_bytes
+        if r.status == 429 or 500 <= r.status < 600:
+            if self.attempts < cfg.max_retries:
+                return self._again(engine, slot, r), True
+            self._store(engine, status=r.status)
+            return None, True
+        engine.scheduler.host_ok(slot)
+        self._read(engine, r)
+        return None, True
+
+    def _again(self, engine: Engine, slot: HostSlot, r: FetchResult | None) -> Wait:
+        """Try once more after the host's backoff, or the Retry-After of a 429/503."""
+        cfg = engine.config
+        self.attempts += 1
+        engine.sitemaps.count("sitemap_retry")  # type: ignore[union-attr]
+        ra = None
+        if r is not None and r.status in (429, 503):
+            ra = parse_retry_after(r.headers.get("retry-after", ""), time.time())
+        if ra is None:
+            wait = engine.scheduler.host_failed(slot, cfg.backoff, cfg.max_retry_after)
+        else:
+            wait = min(ra, cfg.max_retry_after)
+        return Wait(time.monotonic() + wait)
+
+    def _read(self, engine: Engine, r: FetchResult) -> None:
+        """What an answer gives: URLs to the frontier, children and redirects visited."""
+        sitemaps, cfg = engine.sitemaps, engine.config
+        assert sitemaps is not None
+        u = self.url
+        if 300 <= r.status < 400:
+            if r.redirect:
+                sitemaps.visit(u, r.redirect, self.level)
+            self._store(engine, status=r.status, redirect=r.redirect or "")
+            return
+        if r.status != 200:
+            self._store(engine, status=r.status)
+            return
+        sm = parse_sitemap(
+            r.body, r.url, truncated=r.truncated, max_bytes=sitemaps.max_bytes,
+            max_url_length=cfg.max_url_length,
+        )
+        listed, off = _same_origin(u, sm.urls, cfg.max_url_length)
+        found, off_children = _same_origin(u, sm.sitemaps, cfg.max_url_length)
+        urls = [url for url, _ in listed]
+        children = [url for url, _ in found]
+        entries = []
+        if cfg.max_depth is None or SITEMAP_DEPTH <= cfg.max_depth:
+            entries = [p for _, p in engine.reader.admissible(urls, SITEMAP_DEPTH, 0)]
+        if entries:
+            try:
+                done = engine.frontier.receive(entries)
+            except DataDirError:  # the crawl is stopping: read it again next run
+                return
+            while not done.wait(_LOOK):
+                if engine.stopping_event.is_set():
+                    return
+        if self.level < MAX_SITEMAP_NESTING:
+            for child in children:
+                sitemaps.visit(u, child, self.level + 1)
+        elif children:
+            sitemaps.count("sitemap_nesting_limit", len(children))
+        sitemaps.count("sitemap_urls", len(entries))
+        if sm.error:
+            sitemaps.count(f"sitemap_{sm.error}")
+        self._store(
+            engine, status=200, kind=sm.kind, error=sm.error, children=children,
+            urls=[list(entry) for entry in listed],
+            admitted=len(entries), off_origin=off + off_children, dropped=sm.dropped,
+        )
+
+    def _store(self, engine: Engine, *, status: int, **fields: Any) -> None:
+        sitemaps = engine.sitemaps
+        assert sitemaps is not None
+        record: dict[str, Any] = {
+            "url": self.url.url, "status": status, "reason": fields.pop("reason", ""),
+            "fetched_at": time.time(), "level": self.level, "kind": "", "error": "",
+            "redirect": "", "urls": [], "children": [], "admitted": 0, "off_origin": 0,
+            "dropped": 0,
+        }
+        record.update(fields)
+        sitemaps.store.put(record)
+        sitemaps.count("sitemaps_read")
+
+
+def _same_origin(
+    site: URL, entries: tuple[SitemapEntry, ...], max_length: int
+) -> tuple[list[tuple[str, str]], int]:
+    """(normalized URL, lastmod) of the ``entries`` of ``site``'s origin, in file order,
+    and how many others there were (other origins, or not a URL we fetch)."""
+    out, off = [], 0
+    for e in entries:
+        try:
+            x = parse(normalize(e.url, max_length=max_length))
+        except URLError:
+            off += 1
+            continue
+        if x.origin == site.origin:
+            out.append((x.url, e.lastmod))
+        else:
+            off += 1
+    return out, off
