@@ -22,6 +22,8 @@ known before the Site (whose URLs carry them) is built and served.
 from __future__ import annotations
 
 import asyncio
+import email.utils
+import hashlib
 import ipaddress
 import logging
 import socket
@@ -42,6 +44,27 @@ from .sitemapped import padding
 from .tls import SNI_ATTR
 
 log = logging.getLogger(__name__)
+
+# The Last-Modified of every generated page: the site does not change.
+LAST_MODIFIED = "Mon, 01 Jan 2024 00:00:00 GMT"
+_LAST_MODIFIED = email.utils.parsedate_to_datetime(LAST_MODIFIED)
+
+
+def not_modified(etag: str, if_none_match: str | None, if_modified_since: str | None) -> bool:
+    """Whether a GET with these request headers gets 304 for a page with ``etag`` and
+    LAST_MODIFIED (RFC 9110 §13.2.2: If-None-Match first; If-Modified-Since only without
+    it, and only a valid date)."""
+    if if_none_match is not None:
+        tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+        return "*" in tags or etag in tags
+    if if_modified_since is not None:
+        try:
+            since = email.utils.parsedate_to_datetime(if_modified_since)
+        except (TypeError, ValueError):
+            return False
+        return since.tzinfo is not None and since >= _LAST_MODIFIED
+    return False
+
 
 MAX_HEAD = 1 << 20  # request heads beyond this get 431
 IDLE_TIMEOUT = 120.0  # seconds a kept-alive connection may sit idle
@@ -276,10 +299,12 @@ class WebServer:
             node = site.lookup("", target)  # 421 Misdirected Request
         else:
             node = site.lookup(host, target)
-        return await self._answer(writer, rec, node, keep, method == "HEAD")
+        validators = (headers.get("if-none-match"), headers.get("if-modified-since"))
+        return await self._answer(writer, rec, node, keep, method == "HEAD", validators)
 
     async def _answer(self, writer: asyncio.StreamWriter, rec: Request, node: Node,
-                      keep: bool, head_only: bool) -> bool:
+                      keep: bool, head_only: bool,
+                      validators: tuple[str | None, str | None] = (None, None)) -> bool:
         site = self._site
         assert site is not None
         f = node.delivery
@@ -306,6 +331,15 @@ class WebServer:
             body = await asyncio.to_thread(site.body, rec.host, node)
         else:
             body = site.body(rec.host, node)
+        if node.page is not None and node.status == 200 and f is None:
+            # A generated page has validators, and a conditional GET that matches them
+            # gets 304 with no body (RFC 9110 §13.1.1: If-None-Match wins when both come).
+            etag = f'"{hashlib.md5(body).hexdigest()[:16]}"'
+            headers += [("ETag", etag), ("Last-Modified", LAST_MODIFIED)]
+            if not_modified(etag, *validators):
+                same = [(k, v) for k, v in headers if k != "Content-Type"]
+                await self._send(writer, rec, 304, same, b"", keep, head_only)
+                return keep
         await self._send(writer, rec, node.status, headers, body, keep, head_only)
         return keep
 
