@@ -1,12 +1,12 @@
-"""``python -m crawler``: start or resume a crawl, its status, retry failures, and its
-pages: list, show, export, links, rank, report, serve; the sitemaps it read.
+"""``python -m crawler``: start or resume a crawl, its status, retry failures, recrawl
+pages, and its pages: list, show, export, links, rank, report, serve; the sitemaps it read.
 
 One module per command group, each with ``add_parsers(sub)``, its
 ``cmd_<name>`` functions and a ``COMMANDS`` table: :mod:`.crawl` (start, with
 :mod:`.startopts`; and status, from :mod:`.status`), :mod:`.retry` (retry),
-:mod:`.pages` (pages, show), :mod:`.export` (export), :mod:`.links` (links),
-:mod:`.rank` (rank), :mod:`.report` (report, serve) and :mod:`.sitemaps`
-(sitemaps)."""
+:mod:`.recrawl` (recrawl), :mod:`.pages` (pages, show), :mod:`.export` (export),
+:mod:`.links` (links), :mod:`.rank` (rank), :mod:`.report` (report, serve) and
+:mod:`.sitemaps` (sitemaps)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import kvstore
 
 from ..exceptions import CrawlerError
-from . import crawl, export, links, pages, rank, report, retry, sitemaps
+from . import crawl, export, links, pages, rank, recrawl, report, retry, sitemaps
 from ._common import DefaultsFormatter
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -28,6 +28,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **rank.COMMANDS,
     **report.COMMANDS,
     **retry.COMMANDS,
+    **recrawl.COMMANDS,
     **sitemaps.COMMANDS,
 }
 
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     rank.add_parsers(sub)
     report.add_parsers(sub)
     retry.add_parsers(sub)
+    recrawl.add_parsers(sub)
     sitemaps.add_parsers(sub)
     for command in sub.choices.values():  # every command's --help shows its defaults
         command.formatter_class = DefaultsFormatter

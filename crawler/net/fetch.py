@@ -279,9 +279,10 @@ class Fetcher:
         self._pool = ConnectionPool(origins=pool_connections, per_origin=pool_maxsize)
         self._closed = False
 
-    def fetch(self, url: str | URL) -> FetchResult:
+    def fetch(self, url: str | URL, headers: tuple[tuple[str, str], ...] = ()) -> FetchResult:
         """GET ``url`` (http/https): a string, or a URL parsed from a normalized one
         (:func:`crawler.web.urls.parse`), which is not split or checked again.
+        ``headers`` are sent besides ours (a recrawl's If-None-Match, If-Modified-Since).
         Raises DNSError (from ``resolve``), FetchError or URLError; any HTTP
         status is a FetchResult. Thread-safe."""
         started, t0 = time.time(), time.monotonic()
@@ -294,7 +295,7 @@ class Fetcher:
         ip = self._resolve(request.host.strip("[]"))
         w = self._dog.start(self._total)
         try:
-            return self._exchange(text, request, ip, w, started, t0)
+            return self._exchange(text, request, ip, w, started, t0, headers)
         finally:
             self._dog.finish(w)
 
@@ -340,8 +341,10 @@ class Fetcher:
         sock.settimeout(self._read_timeout)
         return make_connection(origin, sock, ip)
 
-    def _send(self, url: str, req: URL, origin: Origin, ip: str,
-              w: Watch) -> tuple[Connection, http.client.HTTPResponse]:
+    def _send(
+        self, url: str, req: URL, origin: Origin, ip: str, w: Watch,
+        extra: tuple[tuple[str, str], ...] = (),
+    ) -> tuple[Connection, http.client.HTTPResponse]:
         """Send the GET and read the status line and headers."""
         for attempt in (1, 2):
             conn = self._pool.take(origin) if attempt == 1 else None
@@ -354,7 +357,7 @@ class Fetcher:
                 h = conn.http
                 h.putrequest("GET", req.target, skip_host=True, skip_accept_encoding=True)
                 h.putheader("Host", req.netloc)
-                for name, value in self._headers:
+                for name, value in self._headers + extra:
                     h.putheader(name, value)
                 h.endheaders()
                 conn.sent += 1
@@ -383,9 +386,9 @@ class Fetcher:
             self._pool.give(origin, conn)
 
     def _exchange(self, url: str, req: URL, ip: str, w: Watch,
-                  started: float, t0: float) -> FetchResult:
+                  started: float, t0: float, extra: tuple[tuple[str, str], ...]) -> FetchResult:
         origin = req.origin
-        conn, resp = self._send(url, req, origin, ip, w)
+        conn, resp = self._send(url, req, origin, ip, w, extra)
         try:
             body, wire, reason = self._read_body(resp, resp.getheader("content-encoding"))
         except (http.client.HTTPException, OSError, zlib.error, ValueError) as exc:

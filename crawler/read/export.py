@@ -31,6 +31,10 @@ WARC mapping (docs/EXPORT.md is the reference):
 - a page rendered in a browser (a record with a DOM) adds, after them, a
   ``conversion`` record of the rendered DOM that names the response (or
   revisit) written for the page in WARC-Refers-To;
+- a page a recrawl found unchanged (a 304 to its conditional GET, the record
+  says ``revisit: not_modified``) gives the response of the fetch whose body
+  it kept (dated ``revisit_of``), then a request and a ``revisit`` record of
+  the 304 (server-not-modified profile) that refers to it;
 - a URL with no answer (status 0: DNS failure, refused, robots...) gives a
   ``metadata`` record with its outcome, or nothing with ``skip_failures``;
 - the crawler stores bodies *decoded*, so Content-Encoding (and any
@@ -63,7 +67,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from io import BytesIO
 from typing import IO, Any
@@ -87,6 +91,7 @@ from .rankstore import Rank, RankStore
 log = logging.getLogger(__name__)
 
 WARC_VERSION = "WARC/1.1"  # 1.1: WARC-Date with microseconds
+NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 SENT_ACCEPT_ENCODING = "gzip, deflate"  # what net.fetch.Fetcher asks for on every request
 DOM_CONTENT_TYPE = "text/html; charset=utf-8"  # a rendered DOM, as the record stores it
 _RESPONSE_ONLY = ("content-encoding", "transfer-encoding", "content-length")
@@ -193,7 +198,7 @@ def page_object(page: PageRecord, *, text: bool = False,
         "fetched_at": iso_time(page.fetched_at), "ip": page.ip, "depth": page.depth,
         "outlinks": page.outlinks, "truncated": page.truncated, "noindex": page.noindex,
         "redirect": page.redirect, "size": len(page.body),
-        "render": page.render, "dom_size": len(page.dom),
+        "render": page.render, "dom_size": len(page.dom), "revisit": page.revisit,
     }
     if text:
         obj["text"] = visible_text(page, limit=text_limit)
@@ -253,6 +258,7 @@ class WarcSink:
                      "http-header-user-agent": user_agent, **(info or {})}
         self.files: list[str] = []  # completed files, in order
         self.bytes = self.records = self.revisits = 0
+        self._last_id = ""  # WARC-Record-ID of the last response or revisit written
         self._file_records = 0  # records before the current file
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._seen: kvstore.Store | None = None
@@ -296,6 +302,8 @@ class WarcSink:
         """Write one page's records; returns how many were written."""
         if self._out is None:
             raise ValueError("the WARC sink is closed")
+        if page.revisit == "not_modified" and page.status == 200:
+            return self._write_not_modified(page)
         if self.max_size is not None and self._out.tell() >= self.max_size:
             self._next_file()
         w = self._writer
@@ -338,6 +346,7 @@ class WarcSink:
         with naming(self._name):
             w.write_request_response_pair(req, resp)
         self.records += 2
+        self._last_id = resp.rec_headers.get_header("WARC-Record-ID")
         if not page.dom:  # not rendered, or the render was cut: nothing to convert
             return 2
         # WARC 1.1 §6.7: the DOM is a transformation of this fetch's payload, so it
@@ -353,6 +362,34 @@ class WarcSink:
             w.write_record(conv)
         self.records += 1
         return 3
+
+    def _write_not_modified(self, page: PageRecord) -> int:
+        """A page a recrawl found unchanged (a 304): its stored body as the response of
+        the fetch that got it (at ``revisit_of``), then a ``revisit`` record of the 304
+        (WARC 1.1 §6.7.3, the server-not-modified profile) that refers to it."""
+        n = self.write(replace(page, fetched_at=page.revisit_of, revisit="", revisit_of=0.0))
+        w = self._writer
+        headers = {"WARC-Date": iso_time(page.fetched_at), "WARC-Warcinfo-ID": self._info_id,
+                   "WARC-Refers-To": self._last_id,
+                   "WARC-Refers-To-Target-URI": page.url,
+                   "WARC-Refers-To-Date": iso_time(page.revisit_of)}
+        if page.ip:
+            headers["WARC-IP-Address"] = page.ip
+        kept = [(_name(k.lower()), v) for k, v in page.headers.items()
+                if k.lower() in ("etag", "last-modified", "date", "server")]
+        http = StatusAndHeaders("304 Not Modified", kept, protocol="HTTP/1.1")
+        rev = w.create_warc_record(page.url, "revisit", http_headers=http,
+                                   warc_headers_dict=headers)
+        rev.rec_headers.add_header("WARC-Profile", NOT_MODIFIED_PROFILE)
+        req = w.create_warc_record(page.url, "request",
+                                   http_headers=request_headers(page.url, self.user_agent),
+                                   warc_headers_dict={"WARC-Date": headers["WARC-Date"],
+                                                      "WARC-Warcinfo-ID": self._info_id})
+        with naming(self._name):
+            w.write_request_response_pair(req, rev)
+        self.records += 2
+        self.revisits += 1
+        return n + 2
 
     def close(self, *, complete: bool = True) -> None:
         """Finish (rename) the current file; with ``complete`` False, or when that

@@ -64,6 +64,7 @@ from . import status as status_mod
 from .politeness import HostSlot, Scheduler
 from .render import RenderJob, RenderPool
 from .responses import ResponseReader
+from .revisit import Revisits
 from .robotsgate import HOST_FAILURES, ROBOTS_FETCH_BYTES, ROBOTS_MAX_REDIRECTS, RobotsGate, Wait
 from .sitemaps import Sitemaps, SitemapTask
 from .subfetch import SubTask, render_subfetch
@@ -131,6 +132,7 @@ class Engine:
         self.robots_store = self.robots_gate.store
         self.reader = ResponseReader(config, self.scope, product_token(config.user_agent))
         self.sitemaps = Sitemaps(self) if config.sitemaps != "off" else None
+        self.revisits = Revisits(config.data_dir)  # a recrawl's conditional GETs
         self.stats_lock = threading.Lock()  # guards outcomes, fetched, bytes
         self.outcomes: Counter[str] = Counter()
         self.fetched = 0
@@ -286,6 +288,7 @@ class Engine:
         self.robots_fetcher.close()
         if self.sitemaps is not None:
             self.sitemaps.close()
+        self.revisits.close()
 
     def _feed(self) -> bool:
         """Claim bulks while the scheduler has room; True if any URL was taken on.
@@ -413,14 +416,15 @@ class Engine:
                 return self._final(c, 0, "host_page_limit")
             if not self._reserve_fetch():
                 return _Result(None, contacted=False)
-            response = self.fetcher.fetch(u)
+            prior, validators = self.revisits.conditional(c.key)
+            response = self.fetcher.fetch(u, validators)
         except DNSError as exc:
             return self._dns_failure(c, u, exc)
         except FetchError as exc:
             return self._failure(slot, c, u, exc.reason)
         with self.stats_lock:
             self.bytes += response.wire_bytes
-        return self._response(slot, c, response, render)
+        return self._response(slot, c, response, render, prior)
 
     def _dns_failure(self, c: Claimed, u: URL, exc: DNSError) -> _Result:
         reason = "private_ip" if exc.kind == "private" else f"dns_{exc.kind}"
@@ -488,7 +492,8 @@ class Engine:
         again = Pending(e.url, e.depth, e.hops, e.attempts + 1)
         return _Result(Outcome(c, None, requeue=again), time.monotonic() + wait)
 
-    def _response(self, slot: HostSlot, c: Claimed, r: FetchResult, render: bool) -> _Result:
+    def _response(self, slot: HostSlot, c: Claimed, r: FetchResult, render: bool,
+                  prior: PageRecord | None = None) -> _Result:
         cfg = self.config
         e = c.entry
         status = r.status
@@ -505,6 +510,11 @@ class Engine:
             outcome = Outcome(c, self._record(c, status, "", **self.reader.fields(r, "")))
             return _Result(outcome, time.monotonic() + wait)
         self.scheduler.host_ok(slot)
+        if prior is not None:  # a recrawl: an answer came, the record set aside is done with
+            self.revisits.forget(c.key)
+            if status == 304 and prior.status == 200:  # the stored body is still the page
+                fields = self.revisits.not_modified(prior, r)
+                return _Result(Outcome(c, self._record(c, 200, prior.reason, **fields)))
         if render and status == 200 and r.body and is_html(r.headers.get("content-type"),
                                                            r.body[:512]):
             self.renderer.hand(RenderJob(c, r))  # type: ignore[union-attr]

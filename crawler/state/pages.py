@@ -69,6 +69,11 @@ class PageRecord:
     # the links only the rendered DOM has; ``dom`` is that DOM, serialized.
     render: str = ""
     dom: bytes = b""
+    # A recrawl (crawler.run.revisit): "not_modified" when the server answered a
+    # conditional GET with 304, so the body (and links) are the earlier fetch's, made
+    # at ``revisit_of`` (time.time()); "" otherwise.
+    revisit: str = ""
+    revisit_of: float = 0.0
     body: bytes = b""
 
     def header_dict(self) -> dict[str, Any]:
@@ -102,6 +107,7 @@ class PageRecord:
 
 
 _HEADER_FIELDS = tuple(f.name for f in fields(PageRecord) if f.name not in ("body", "links", "dom"))
+_OPTIONAL_FIELDS = ("render", "revisit", "revisit_of")
 
 
 def pack_links(follow: Iterable[str], nofollow: Iterable[str] = (), *,
@@ -128,8 +134,11 @@ def pack_links(follow: Iterable[str], nofollow: Iterable[str] = (), *,
 
 def encode_page(page: PageRecord, *, level: int = DEFAULT_COMPRESS_LEVEL) -> bytes:
     header = page.header_dict()
-    if not page.render:  # only records of rendered pages say so: the others keep their header
-        del header["render"]
+    # Fields most records leave empty are written only when set, so a record without
+    # them stays readable by a crawler that predates them.
+    for name in _OPTIONAL_FIELDS:
+        if not header[name]:
+            del header[name]
     head = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     body = zlib.compress(page.body, level) if page.body else b""
     if len(page.links) % LINK_SIZE:

@@ -22,7 +22,10 @@ records, in this order:
    hops: a fresh retry budget) are written to PendDB, flushed and fsynced;
 2. the BadHosts entries of their hosts, and the kept robots.txt answers of
    their origins (robots_* records only), are deleted, flushed and fsynced;
-3. their MainDB records are deleted, flushed (fsynced once at the end).
+3. (a recrawl, ``keep_prior``) their records, body included, are copied to
+   ``prior/``, fsynced; then their MainDB records are deleted, flushed (fsynced
+   once at the end). Killed between the copy and the delete, the record is in
+   both: the URL is skipped as done, and a second recrawl finishes the job.
 
 Deleting a record before its bulk is written would leave the URL in neither
 store for a moment, and a kill -9 then loses it. Written first, the URL is in
@@ -58,6 +61,7 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +79,7 @@ log = logging.getLogger(__name__)
 
 MAIN_NAME = "main"
 PEND_NAME = "pend"
+PRIOR_NAME = "prior"  # records a recrawl set aside for conditional GETs (crawler.run.revisit)
 DEFAULT_CHUNK = 10_000  # records re-queued per write round (three flushes, two fsyncs)
 # Outcomes that are the crawler keeping its own rules (robots.txt said no, the per-run
 # page limit of a host): recorded at status 0 but not failures, so not retried unless
@@ -169,7 +174,7 @@ def _keys_array(keys: list[bytes]) -> np.ndarray:
 class _Shard:
     """One shard's MainDB, PendDB and BadHosts, open for the retry."""
 
-    def __init__(self, data_dir: str, *, readonly: bool) -> None:
+    def __init__(self, data_dir: str, *, readonly: bool, keep_prior: bool = False) -> None:
         self.data_dir = data_dir
         self.readonly = readonly
         self.stores: list[kvstore.Store] = []
@@ -181,6 +186,7 @@ class _Shard:
             self.bad = self._open(BAD_HOSTS_NAME)
             has_robots = os.path.isdir(os.path.join(data_dir, ROBOTS_STORE_NAME))
             self.robots = self._open(ROBOTS_STORE_NAME) if has_robots else None
+            self.prior = self._open(PRIOR_NAME) if keep_prior else None
             if self.pend is not None:
                 top = -1
                 for bk in self.pend:
@@ -212,12 +218,14 @@ class _Shard:
             store.close()
 
 
-def requeue(data_dir: str, selection: Selection, *, dry_run: bool = False,
-            chunk: int = DEFAULT_CHUNK) -> RetryReport:
+def requeue(data_dir: str, selection: Selection | Any, *, dry_run: bool = False,
+            chunk: int = DEFAULT_CHUNK, keep_prior: bool = False) -> RetryReport:
     """Re-queue the records of every shard of the crawl in ``data_dir`` that
-    ``selection`` picks (see the module docstring for the order of the writes);
-    with ``dry_run``, only count them. Raises DataDirError while a crawl runs on
-    ``data_dir`` (nothing changed then)."""
+    ``selection`` (anything with ``matches(page)``) picks (see the module docstring for
+    the order of the writes); with ``dry_run``, only count them. ``keep_prior`` (a
+    recrawl) copies each record, body included, to the shard's ``prior/`` before it is
+    deleted, so the next fetch can be conditional. Raises DataDirError while a crawl
+    runs on ``data_dir`` (nothing changed then)."""
     dirs = [d for d in shard_dirs(data_dir) if os.path.isdir(os.path.join(d, MAIN_NAME))]
     if not dirs:
         raise DataDirError(f"{data_dir}: not a crawl directory (it has no main/)")
@@ -225,7 +233,7 @@ def requeue(data_dir: str, selection: Selection, *, dry_run: bool = False,
     shards: list[_Shard] = []
     try:
         for d in dirs:  # every lock before any change
-            shards.append(_Shard(d, readonly=dry_run))
+            shards.append(_Shard(d, readonly=dry_run, keep_prior=keep_prior))
         for shard in shards:
             _requeue_shard(shard, selection, report, chunk)
     finally:
@@ -303,6 +311,10 @@ def _write_chunk(shard: _Shard, batch: list[tuple[bytes, PageRecord]], report: R
         for k in kept:
             del shard.robots[k]
         shard.robots.sync()
+    if shard.prior is not None:  # ... a recrawl's copies of the records, for a 304
+        for k in keys:
+            shard.prior[k] = shard.main[k]
+        shard.prior.sync()
     for k in keys:  # 3. their records, gone
         del shard.main[k]
     shard.main.flush()

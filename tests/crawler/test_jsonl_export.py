@@ -22,7 +22,8 @@ from crawler.state.pages import PageRecord
 from tools.testweb import SiteConfig, TestWeb, fault
 
 FIELDS = {"url", "final_url", "status", "reason", "content_type", "fetched_at", "ip", "depth",
-          "outlinks", "truncated", "noindex", "redirect", "size", "render", "dom_size"}
+          "outlinks", "truncated", "noindex", "redirect", "size", "render", "dom_size",
+          "revisit"}
 GRAPH = {"elapsed", "links", "rank", "rank_scaled"}  # test_linkgraph.py, test_rank.py
 
 

@@ -1,0 +1,102 @@
+"""Revisits: the conditional GET of a page a recrawl re-queued, and what a 304 records.
+
+``python -m crawler recrawl`` (crawler.state.recrawl) moves each selected record
+to the shard's ``prior/`` store before its URL is pending again. When a worker
+fetches such a URL, it sends the record's validators: ``If-None-Match`` with
+its ETag and ``If-Modified-Since`` with its Last-Modified (RFC 9110 §13.1; a
+server uses If-None-Match when both come). A 304 answer records the earlier
+record again: its body, links and fields, with the new fetch time, the
+validators the 304 sent, ``revisit = "not_modified"`` and ``revisit_of`` the time
+of the fetch whose body it is (kept across several 304s in a row). Its links
+are not admitted again: they were when the body was first fetched. Any other
+HTTP answer is recorded as usual, replacing the page. The prior record is
+forgotten once an HTTP answer came; a failure (a dead host) keeps it, for the
+next try.
+
+Crash safety: ``prior/`` is advisory. Losing an entry (a kill before its write
+reached the disk) costs an unconditional fetch, never a URL: the URL itself is
+in PendDB (the recrawl wrote it there first).
+
+Thread safety: any worker (kvstore is thread-safe). Opened only when the
+data directory has a ``prior/``: a crawl never recrawled pays nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import fields
+from typing import Any
+
+import kvstore
+
+from ..exceptions import CrawlerError
+from ..net.fetch import FetchResult
+from ..state.pages import PageRecord, decode_page
+from ..state.retry import PRIOR_NAME
+
+log = logging.getLogger(__name__)
+
+# A validator worth sending back: visible ASCII and spaces, not too long (a header a
+# server sent is already bounded; this keeps a damaged record from breaking the request).
+_VALIDATOR = re.compile(r"[\x20-\x7e]{1,512}")
+_COPIED = tuple(f.name for f in fields(PageRecord)
+                if f.name not in ("url", "status", "fetched_at", "depth", "reason"))
+
+
+class Revisits:
+    """The records one shard's recrawl set aside."""
+
+    def __init__(self, data_dir: str) -> None:
+        path = os.path.join(data_dir, PRIOR_NAME)
+        self.store = kvstore.open(path) if os.path.isdir(path) else None
+
+    def conditional(self, key: bytes) -> tuple[PageRecord | None, tuple[tuple[str, str], ...]]:
+        """The prior record of ``key`` (None: not a recrawl) and the headers to send."""
+        if self.store is None or key not in self.store:  # no disk: the index answers
+            return None, ()
+        try:
+            prior = decode_page(self.store[key])
+        except (kvstore.exceptions.KVStoreError, CrawlerError, ValueError, TypeError) as exc:
+            log.warning("prior record %s unreadable (%s): fetched unconditionally", key.hex(), exc)
+            return None, ()
+        if prior.status != 200:
+            return prior, ()  # nothing to validate: a redirect or an error is fetched anew
+        sent = []
+        for name, header in (("etag", "If-None-Match"), ("last-modified", "If-Modified-Since")):
+            value = prior.headers.get(name, "")
+            if _VALIDATOR.fullmatch(value):
+                sent.append((header, value))
+        return prior, tuple(sent)
+
+    @staticmethod
+    def not_modified(prior: PageRecord, r: FetchResult) -> dict[str, Any]:
+        """Engine._record's fields for a 304 to a conditional GET: the prior record's."""
+        out = {name: getattr(prior, name) for name in _COPIED}
+        headers = dict(prior.headers)
+        for name in ("etag", "last-modified", "date"):  # what a 304 may update (RFC 9110)
+            if name in r.headers:
+                headers[name] = r.headers[name]
+        out.update(headers=headers, elapsed=round(r.elapsed, 6), revisit="not_modified",
+                   revisit_of=prior.revisit_of or prior.fetched_at)
+        return out
+
+    def forget(self, key: bytes) -> None:
+        """An HTTP answer came for ``key``: its prior record is no longer needed."""
+        if self.store is None:
+            return
+        try:
+            del self.store[key]
+        except KeyError:
+            pass
+        except (OSError, kvstore.exceptions.KVStoreError) as exc:
+            log.warning("prior record %s not forgotten: %s", key.hex(), exc)
+
+    def close(self) -> None:
+        if self.store is not None:
+            try:
+                self.store.close()
+            except OSError as exc:
+                log.warning("prior store: %s", exc)
+                self.store.abandon()

@@ -1,0 +1,64 @@
+"""Which fetched pages a recrawl re-queues: older than an age, of some hosts, of some
+statuses. The re-queue itself (its order of writes, why a kill -9 loses nothing) is
+crawler.state.retry's, with ``keep_prior``: each record is kept in ``prior/`` so that
+the next fetch of its URL is a conditional GET (crawler.run.revisit)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..exceptions import CrawlerError, URLError
+from ..web.urls import host_of
+from .pages import PageRecord
+from .retry import RetryReport, Selection, requeue
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> float:
+    """Seconds of an age: ``90s``, ``30m``, ``12h``, ``7d``, ``2w`` (a bare number: seconds)."""
+    value = text.strip().lower()
+    unit = value[-1:] if value[-1:] in _UNITS else "s"
+    number = value[:-1] if value[-1:] in _UNITS else value
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        raise CrawlerError(f"bad age {text!r}: use a number and s, m, h, d or w (7d)") from None
+    if not seconds >= 0:  # also refuses nan
+        raise CrawlerError(f"bad age {text!r}: it cannot be negative")
+    return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class RecrawlSelection:
+    """Records with an HTTP answer (status > 0) fetched at least ``older_than`` seconds
+    before ``now``, of one of ``hosts`` (all if empty) and one of ``statuses`` (a code or
+    a class, as retry's; all if empty)."""
+
+    older_than: float
+    hosts: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = ()
+    now: float = field(default_factory=time.time)
+    _status: Selection = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_status", Selection(statuses=self.statuses))
+        object.__setattr__(self, "hosts", tuple(h.lower().rstrip(".") for h in self.hosts))
+
+    def matches(self, page: PageRecord) -> bool:
+        if page.status <= 0 or page.fetched_at > self.now - self.older_than:
+            return False
+        if self.statuses and not self._status.matches(page):
+            return False
+        if self.hosts:
+            try:
+                return host_of(page.url) in self.hosts
+            except URLError:
+                return False
+        return True
+
+
+def recrawl(data_dir: str, selection: RecrawlSelection, *, dry_run: bool = False) -> RetryReport:
+    """Re-queue the pages ``selection`` picks, each record kept for its conditional GET."""
+    return requeue(data_dir, selection, dry_run=dry_run, keep_prior=True)
