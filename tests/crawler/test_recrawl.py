@@ -4,9 +4,12 @@ it, the WARC export writes a server-not-modified revisit."""
 
 from __future__ import annotations
 
+import shutil
+import socket
 import time
 from pathlib import Path
 
+import pytest
 from crawl_helpers import (
     META_PATHS,
     Answer,
@@ -23,6 +26,9 @@ from test_warc_export import read_warc
 import kvstore
 from crawler.state.recrawl import RecrawlSelection, parse_age
 from tools.testweb import SiteConfig, TestWeb
+from tools.testweb.export import export, nginx_serving
+from tools.testweb.graph import Graph
+from tools.testweb.site import Site
 
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 
@@ -179,3 +185,33 @@ def test_ages_and_the_selection_rule() -> None:
     assert not sel.matches(page("http://h0.test/", 200, 6_401.0))  # too young
     assert not sel.matches(page("http://h1.test/", 200, 0.0))  # another host
     assert not sel.matches(page("http://h0.test/", 0, 0.0))  # no HTTP answer: retry's job
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed")
+def test_a_recrawl_of_a_site_on_nginx_is_all_304s(tmp_path: Path) -> None:
+    """nginx answers conditional GETs for static files from their ETag and mtime: the
+    test web exported and served by it, crawled, recrawled: nothing downloaded again."""
+    config = SiteConfig(pages=60, hosts=3, seed=6)
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(int(s.getsockname()[1]))
+    root = tmp_path / "site"
+    export(Graph(config), root, http_port=ports[0], https_port=ports[1])
+    site = Site(Graph(config), http_port=ports[0], https_port=ports[1])
+    web = TestWeb(config).start()  # for its DNS: the site's host names on 127.0.0.1
+    data = tmp_path / "c"
+    try:
+        with nginx_serving(root, ports[0]):
+            tls = {"ca_bundle": str(root / "tls/ca.pem")}
+            assert run_crawl(web, data, seeds=[site.seed_url], **tls).complete
+            pages = {u for u, r in records(data).items() if r.status == 200}
+            assert len(pages) > 40
+            assert run_cli(cli("recrawl", str(data), "--older-than", "0s")).returncode == 0
+            assert run_crawl(web, data, seeds=[site.seed_url], **tls).complete
+        again = {u: record(data, u) for u in pages}
+        assert {u for u, r in again.items() if r.revisit == "not_modified"} == pages
+        assert all(r.body for r in again.values())
+    finally:
+        web.stop()

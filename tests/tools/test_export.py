@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import socket
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tools.testweb import client
 from tools.testweb import graph as g
-from tools.testweb.export import export
+from tools.testweb.export import export, nginx_serving
 from tools.testweb.graph import Graph, SiteConfig
 from tools.testweb.oracle import Oracle
 from tools.testweb.site import Site
@@ -68,18 +64,7 @@ def test_config_hosts_and_meta(exported: tuple[Path, Site]) -> None:
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed")
 def test_nginx_serves_the_site_the_oracle_describes(exported: tuple[Path, Site]) -> None:
     root, site = exported
-    cmd = ["nginx", "-p", str(root), "-c", "nginx.conf"]
-    if os.geteuid() == 0:
-        cmd += ["-g", "user root;"]  # workers must read files under a private tmp dir
-    check = subprocess.run([*cmd, "-t"], capture_output=True, text=True)
-    assert check.returncode == 0, check.stderr
-    subprocess.run(cmd, check=True)
-    pid_file = root / "logs/nginx.pid"
-    try:
-        deadline = time.monotonic() + 10
-        while not pid_file.exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+    with nginx_serving(root, site.http_port):
         records = {f"h{i}.test": "127.0.0.1" for i in range(3)}
         s = client.session(client.static_resolver(records), str(root / "tls/ca.pem"))
         wanted = Oracle(site).crawl(obey_robots=False)
@@ -92,9 +77,3 @@ def test_nginx_serves_the_site_the_oracle_describes(exported: tuple[Path, Site])
                 assert r.content == site.body(host, node)  # type: ignore[arg-type]
             elif r.is_redirect:
                 assert r.headers["Location"] == node.location  # type: ignore[union-attr]
-    finally:
-        if pid_file.exists():
-            os.kill(int(pid_file.read_text()), signal.SIGQUIT)
-            deadline = time.monotonic() + 10
-            while pid_file.exists() and time.monotonic() < deadline:
-                time.sleep(0.02)

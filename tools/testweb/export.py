@@ -18,8 +18,15 @@ Layout of DIR:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import graph as g
@@ -119,3 +126,37 @@ def _server_block(site: Site, index: int, www: Path, address: str,
             lines.append(f"    location = {path} {{ return {node.status} {node.location}; }}\n")
     lines.append("  }\n")
     return "".join(lines)
+
+
+@contextlib.contextmanager
+def nginx_serving(root: str | Path, http_port: int, nginx: str = "nginx") -> Iterator[None]:
+    """Serve an exported site with nginx in the foreground (``daemon off``) until the block
+    ends; then a graceful stop (SIGQUIT), a kill after 10 s. Raises RuntimeError if the
+    config does not pass ``nginx -t`` or nginx does not listen within 15 s."""
+    directives = "daemon off;" + (" user root;" if os.geteuid() == 0 else "")  # read tmp dirs
+    cmd = [nginx, "-p", str(root), "-c", "nginx.conf", "-g", directives]
+    check = subprocess.run([*cmd, "-t"], capture_output=True, text=True, check=False)
+    if check.returncode != 0:
+        raise RuntimeError(f"nginx -t failed: {check.stderr.strip()}")
+    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"nginx exited ({proc.returncode})")
+            try:
+                socket.create_connection(("127.0.0.1", http_port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("nginx did not start listening") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGQUIT)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
