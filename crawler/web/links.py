@@ -126,6 +126,10 @@ _SNIFF = re.compile(
     rb"(?:<!doctype html|<html|<head|<script|<iframe|<h1|<div|<font|<table|<a|<style"
     rb"|<title|<b|<body|<br|<p)[ \t\n\r>]|<!--", re.I)
 
+# libxml2's XML_ERR_RESOURCE_LIMIT (a size limit of the parser was passed). lxml names
+# it only from 6.1 (6.0 with the same libxml2 2.14 reports the code unnamed).
+RESOURCE_LIMIT = getattr(etree.ErrorTypes, "ERR_RESOURCE_LIMIT", 114)
+
 
 @dataclass(frozen=True, slots=True)
 class PageLinks:
@@ -341,7 +345,7 @@ def _scan_target(data: bytes, cap: int) -> tuple[list[Item], bool, bool]:
     except (etree.LxmlError, ValueError):
         pass  # "no element found" on an empty body; recover=True covers the rest
     err = parser.error_log.last_error
-    complete = err is None or err.type != etree.ErrorTypes.ERR_RESOURCE_LIMIT
+    complete = err is None or err.type != RESOURCE_LIMIT
     return list(collector.items), collector.overflow, complete
 
 

@@ -60,6 +60,8 @@ from urllib.parse import urljoin, urlsplit
 
 from lxml import etree
 
+from .links import RESOURCE_LIMIT
+
 __all__ = ["MAX_SITEMAP_BYTES", "MAX_SITEMAP_URLS", "Sitemap", "SitemapEntry", "parse_sitemap"]
 
 MAX_SITEMAP_URLS = 50_000
@@ -226,7 +228,7 @@ class _Parse:
             self._events()  # the events before the error in this piece are still queued
             # libxml2's own size limits (a text node over 10 MB: whitespace padding, a
             # bomb) say the file is too large, not that it is broken.
-            limit = getattr(exc, "code", None) == etree.ErrorTypes.ERR_RESOURCE_LIMIT
+            limit = getattr(exc, "code", None) == RESOURCE_LIMIT
             self.fail("too_large" if limit else "bad_xml")
             self.done = True
         else:
