@@ -198,6 +198,33 @@ class TestKeyIntMap:
         assert k(3) not in m
         assert m[k(1)] == 2**63 - 1
 
+    @pytest.mark.parametrize("width", [1, 2, 5])
+    def test_narrow_values(self, width: int) -> None:
+        top = 2 ** (8 * width - 1) - 1
+        m = kvstore.KeyIntMap(width=width)
+        keys = [k(i) for i in range(3000)]  # past the first growth of the table
+        m.put_many(keys, [i % (top + 1) for i in range(3000)])
+        m[k(1)] = top
+        m[k(2)] = 0
+        assert m.get_many(keys).tolist() == [
+            top if i == 1 else 0 if i == 2 else i % (top + 1) for i in range(3000)
+        ]
+        for bad in (-1, top + 1):
+            with pytest.raises(ValueError):
+                m[k(5)] = bad
+            with pytest.raises(ValueError):
+                m.put_many([k(5)], [bad])
+        assert m[k(5)] == 5 % (top + 1)
+        del m[k(1)]
+        assert k(1) not in m and len(m) == 2999
+        stats = m.index_stats()
+        assert stats["memory_bytes"] == stats["capacity"] * (16 + width)
+
+    @pytest.mark.parametrize("width", [0, 9, 2.0])
+    def test_bad_width(self, width: object) -> None:
+        with pytest.raises(ValueError, match="width"):
+            kvstore.KeyIntMap(width=width)  # type: ignore[arg-type]
+
     def test_batch_paths(self) -> None:
         m = kvstore.KeyIntMap()
         keys = [k(i) for i in range(2000)]
