@@ -105,11 +105,14 @@ class Engine:
         self.scope = Scope(config)
         # One shard of several: links for other shards' hosts go to the frontier's outbox.
         self.router = Router(self.place) if self.place.count > 1 else None
+        self.reader = ResponseReader(config, self.scope, product_token(config.user_agent))
         self.frontier = Frontier(
             config.data_dir,
             sync_interval=config.sync_interval,
             max_queued=config.threads,
             router=self.router,
+            track_depth=config.max_depth is not None,  # BFS-exact depth (state.depths)
+            expand=self._reread,
         )
         self.bad_hosts = BadHosts(config.data_dir)
         self.dns = DNSCache(
@@ -130,13 +133,13 @@ class Engine:
         )
         self.robots = self.robots_gate.cache  # the parsed robots.txt of each host
         self.robots_store = self.robots_gate.store
-        self.reader = ResponseReader(config, self.scope, product_token(config.user_agent))
         self.sitemaps = Sitemaps(self) if config.sitemaps != "off" else None
         self.revisits = Revisits(config.data_dir)  # a recrawl's conditional GETs
         self.stats_lock = threading.Lock()  # guards outcomes, fetched, bytes
         self.outcomes: Counter[str] = Counter()
         self.fetched = 0
         self.bytes = 0
+        self.depth_not_reread = 0  # pages a shorter path reached that could not be reread
         self.subrequests = 0  # requests made for pages rendering in the browser
         self._stopping = threading.Event()
         self._limit_reached = threading.Event()
@@ -456,6 +459,15 @@ class Engine:
             **fields,
         )
         return encode_page(page)
+
+    def _reread(self, record: bytes, e: Pending) -> tuple[bytes, list[tuple[bytes, Pending]]]:
+        """The frontier's ``expand``: a done page read again at a smaller depth."""
+        again, links, complete = self.reader.reread(record, e)
+        if not complete:
+            self.depth_not_reread += 1  # the committer's thread only
+            log.info("%s: reached at depth %d, but stored without its body: links not "
+                     "followed again", e.url, e.depth)
+        return again, links
 
     def _count(self, key: str) -> None:
         with self.stats_lock:

@@ -10,12 +10,13 @@ own response, so it is thread-safe.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from ..config import CrawlerConfig, Scope, stores_type
 from ..exceptions import URLError
 from ..net.fetch import FetchResult, content_type
-from ..state.pages import Pending, pack_links
+from ..state.pages import Pending, decode_page, encode_page, pack_links
 from ..web.links import extract, is_html, robots_directives
 from ..web.urls import host_of, normalize, url_key
 
@@ -101,6 +102,26 @@ class ResponseReader:
             r, reason, outlinks=outlinks, noindex=noindex, links=graph, keep_type=keep
         )
         return Reading(reason, fields, links)
+
+    def reread(self, record: bytes, e: Pending) -> tuple[bytes, list[tuple[bytes, Pending]], bool]:
+        """A stored page record read again as if fetched for ``e`` (a shorter path to
+        it turned up, crawler.state.depths): (the record at ``e``'s depth, the links
+        worth admitting from its stored body, DOM or redirect, whether they are all
+        its links). A page stored without its body (noindex) gives no links: False.
+        Raises CrawlerError for a damaged record."""
+        page = replace(decode_page(record), depth=e.depth)
+        again = encode_page(page)
+        if page.reason or not (page.status == 200 or 300 <= page.status < 400):
+            return again, [], True
+        if page.status == 200 and not page.body:
+            return again, [], not page.links  # noindex: its links are known by key only
+        r = FetchResult(
+            page.final_url or page.url, page.status, page.headers, page.body, page.ip,
+            page.fetched_at, 0.0, 0, truncated=bool(page.truncated),
+            truncate_reason=page.truncated or None,
+            redirect=page.redirect or None,
+        )
+        return again, self.read(e, r, page.dom).links, True
 
     @staticmethod
     def fields(

@@ -178,6 +178,10 @@ class Reporter:
             "waiting": e.scheduler.waiting,
             "hosts": e.scheduler.hosts(),
             "bad_hosts": len(e.bad_hosts),
+            # URLs a shorter path reached after they were admitted (--max-depth), and
+            # pages that could not be read again for it (stored without their body)
+            "depth_improved": e.frontier.depths.improved,
+            "depth_not_reread": e.depth_not_reread,
             "outcomes": errors,
             "classes": by_class(errors),
             "mb": round(e.bytes / 1e6, 1),
@@ -229,7 +233,8 @@ def status_line(snap: dict[str, Any]) -> str:
 
 # Snapshot fields that add up over shards (pages_per_s is recomputed by whoever sums).
 _SUMMED = ("fetched", "done", "pending", "in_flight", "waiting", "hosts", "bad_hosts", "outbox",
-           "mb", "rss_mb", "pages_per_s", "avg_pages_per_s")
+           "depth_improved", "depth_not_reread", "mb", "rss_mb", "pages_per_s",
+           "avg_pages_per_s")
 # A rendering crawl's fields (--render-js), summed when the shards have them.
 _RENDER = ("rendered", "render_failed", "render_queued", "rendering", "browser_starts",
            "subrequests", "browser_rss_mb")

@@ -64,6 +64,7 @@ from ..exceptions import DataDirError
 from ..web.urls import url_key
 from .admission import DEFAULT_RECENT_KEYS, DEFAULT_VECTOR_BATCH, Admission
 from .admission import keys_array as _keys_array
+from .depths import Depths, Expand
 from .outbox import Outbox
 from .pages import Pending, decode_bulk, encode_bulk
 from .shards import Router
@@ -111,6 +112,11 @@ class Outcome:
     links: list[tuple[bytes, Pending]] = field(default_factory=list)  # (url_key, entry)
 
 
+def _own(links: list[tuple[bytes, Pending]]) -> list[tuple[bytes, Pending]]:
+    """The links of a one-shard crawl: all its own."""
+    return links
+
+
 def _bulk_key(counter: int) -> bytes:
     return counter.to_bytes(16, "big")
 
@@ -127,6 +133,8 @@ class Frontier:
         recent_keys: int = DEFAULT_RECENT_KEYS,
         max_queued: int | None = None,
         router: Router | None = None,
+        track_depth: bool = False,
+        expand: Expand | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.bulk_size = bulk_size
@@ -164,6 +172,10 @@ class Frontier:
         self._sync_due = threading.Event()
         self._syncer_stop = False
         self._sync_failed: BaseException | None = None
+        # The smallest depth of each URL (crawler.state.depths); ``expand`` reads a
+        # done page again when a shorter path to it turns up (the engine's).
+        self.depths = Depths(data_dir, track=track_depth)
+        self.expand = expand
         self._rebuild()
         self._failed: BaseException | None = None  # a commit failed: write nothing more
         self._admission = Admission(
@@ -176,10 +188,14 @@ class Frontier:
         """PendSet and the unclaimed bulks from the live PendDB bulks (after any stop)."""
         top = -1
         keys: list[bytes] = []
+        depths: list[int] = []
         for bk in self.pend:
             top = max(top, int.from_bytes(bk, "big"))
             self._unclaimed.add(bk)
-            keys.extend(url_key(e.url) for e in decode_bulk(self.pend[bk]))
+            bulk = decode_bulk(self.pend[bk])
+            keys.extend(url_key(e.url) for e in bulk)
+            depths.extend(e.depth for e in bulk)
+        self.depths.fold(keys, depths)  # a crawl whose depths.bin lacks them
         if keys:
             arr = _keys_array(keys)
             self.pend_set.add_many(arr[~self.main.contains_many(arr)])  # not done ones
@@ -213,6 +229,9 @@ class Frontier:
                     continue  # done before a restart, or in flight from another bulk
                 self.processing.add(k)
                 self.pend_set.discard(k)
+                d = self.depths.get(k)
+                if 0 <= d < entry.depth:  # a shorter path turned up since it was written
+                    entry = entry._replace(depth=d)
                 out.append(Claimed(bk, k, entry))
             if out:
                 self._claimed[bk] = len(out)
@@ -299,15 +318,23 @@ class Frontier:
         self.commits += 1
         candidates = seeds + [link for links, _ in received for link in links]
         candidates += [link for o in batch for link in o.links]
-        if self.outbox is not None:  # other shards' links are staged, written below
-            candidates = self.outbox.route(candidates)
+        route = self.outbox.route if self.outbox is not None else _own
+        candidates = route(candidates)  # other shards' links are staged, written below
+        rewrites: dict[bytes, bytes] = {}  # page records again at a smaller depth
+        if self.depths.tracking:
+            stored_at = {o.claimed.key: (o.record, o.claimed.entry) for o in batch if o.record}
+            candidates, rewrites = self.depths.deepen(
+                candidates, stored_at, self.main, route, self.expand
+            )
         entries, new_keys = self._admission.dedup(candidates)
+        self.depths.admit(new_keys, entries)
         requeued = [o for o in batch if o.record is None]
         entries += [o.requeue or o.claimed.entry for o in requeued]
         new_keys += [o.claimed.key for o in requeued]
         bulk_keys = self._write_bulks(entries)
         if self.outbox is not None:
             self.outbox.write()  # flushed, like the bulks: before any tombstone (step 3)
+        self.depths.write()  # after the links that a smaller depth brought, before records
         if new_keys:
             self.pend_set.add_many(_keys_array(new_keys))
         if received:
@@ -315,8 +342,10 @@ class Frontier:
             for _, done in received:
                 done.set()  # durable here: the sender may forget them
         stored = [o for o in batch if o.record is not None]
-        if stored:
-            self.main.put_many([o.claimed.key for o in stored], [o.record for o in stored])  # type: ignore[misc]
+        if stored or rewrites:
+            for o in stored:
+                rewrites.setdefault(o.claimed.key, o.record)  # type: ignore[arg-type]
+            self.main.put_many(list(rewrites), list(rewrites.values()))
             self.main.flush()
         if batch:
             self.processing.discard_many(_keys_array([o.claimed.key for o in batch]))
@@ -402,6 +431,7 @@ class Frontier:
 
     def _sync_stores(self) -> None:
         self.pend.sync()
+        self.depths.sync()
         self.main.sync()
         if self.outbox is not None:
             self.outbox.sync()
@@ -452,7 +482,8 @@ class Frontier:
                 self._stop_syncer()
             except BaseException:  # noqa: BLE001 - the first failure is the one reported
                 pass
-            closings = [self._admission.close, self.pend.abandon, self.main.abandon]
+            closings = [self._admission.close, self.pend.abandon, self.depths.abandon,
+                        self.main.abandon]
             if self.outbox is not None:
                 closings.append(self.outbox.abandon)
             for closing in closings:
@@ -463,6 +494,7 @@ class Frontier:
             return
         self._admission.close()
         self.pend.close()
+        self.depths.close()
         self.main.close()
         if self.outbox is not None:
             self.outbox.close()

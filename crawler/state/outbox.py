@@ -19,9 +19,10 @@ are deleted. A kill between the owner's write and the ack sends them again:
 the owner's admission dedups, so a re-delivery costs lookups, never a
 duplicate. On open the live records are simply pending again.
 
-A link staged recently is not staged again (two generations of sets, like the
+A link staged recently is not staged again (two generations of dicts, like the
 frontier's recent keys): its owner would drop it anyway, and navigation links
-repeat on every page.
+repeat on every page. Unless it comes at a smaller depth than it was sent at:
+then its owner learns the shorter path (crawler.state.depths).
 
 Thread safety: ``route`` and ``write`` from the committer; ``take`` and
 ``ack`` from one forwarder; ``pending``, ``urls`` and ``empty`` from anyone.
@@ -76,8 +77,9 @@ class Outbox:
         self.changed = threading.Condition(self._lock)  # notified when records are written
         self._queues: dict[int, deque[_Record]] = {}
         self._staged: dict[int, list[Pending]] = {}
-        self._recent: set[bytes] = set()
-        self._older: set[bytes] = set()
+        # keys sent lately -> the depth sent at, in two generations
+        self._recent: dict[bytes, int] = {}
+        self._older: dict[bytes, int] = {}
         self._recent_cap = recent
         self._counter = 0
         self.staged_total = 0  # links staged since open (after the recent-keys filter)
@@ -104,13 +106,16 @@ class Outbox:
             if dest == me:
                 mine.append(cand)
                 continue
-            key = cand[0]
-            if key in recent or key in older:
+            key, depth = cand[0], cand[1].depth
+            sent = recent.get(key)
+            if sent is None:
+                sent = older.get(key)
+            if sent is not None and sent <= depth:  # a smaller depth goes again (state.depths)
                 continue
             if len(recent) >= self._recent_cap:
-                self._older, self._recent = recent, set()
+                self._older, self._recent = recent, {}
                 recent, older = self._recent, self._older
-            recent.add(key)
+            recent[key] = depth
             self._staged.setdefault(dest, []).append(cand[1])
         return mine
 

@@ -8,8 +8,9 @@ Three groups of faults (the exact behaviour of each is in docs/TESTWEB.md):
   host's ``/x/`` index, so the base graph keeps its shape.
 - *feature* faults add a small subtree ``/x/<kind>/`` of hostile pages to
   ``host`` (redirect loops, a spider trap, odd links, links only scripts
-  add, pages only sitemaps list, ...). ``sitemaps`` also gives its host a
-  ``/sitemap.xml`` and ``Sitemap:`` lines in its robots.txt.
+  add, pages only sitemaps list, a short and a long path to one page, ...).
+  ``sitemaps`` also gives its host a ``/sitemap.xml`` and ``Sitemap:`` lines
+  in its robots.txt.
 - *host* faults break a whole host: its DNS, its port, its robots.txt or its
   certificate. Without ``host`` they get a dedicated extra host (for example
   ``refused.test``) linked from ``h0.test/x/``; with ``host`` they break that
@@ -39,6 +40,7 @@ class Kind:
     keeps_links: bool = False
     extra_host: str | None = None  # host faults: the dedicated host's name
     tls: bool = False  # the dedicated host is served over HTTPS
+    in_all: bool = True  # part of hostile() and ``--fault all`` (False: only by name)
 
 
 KINDS: dict[str, Kind] = {
@@ -65,6 +67,7 @@ KINDS: dict[str, Kind] = {
         Kind("idn", FEATURE, {"name": "bücher.test"}),
         Kind("scripts", FEATURE, {"delay_ms": 300}),
         Kind("sitemaps", FEATURE, {}),
+        Kind("shortcut", FEATURE, {"chain": 4, "length": 12}, in_all=False),
         Kind("refused", HOST, {}, extra_host="refused.test"),
         Kind("nxdomain", HOST, {}, extra_host="nx.test"),
         Kind("dns_servfail", HOST, {}, extra_host="servfail.test"),
@@ -154,7 +157,10 @@ def _build(kind: str, host: str | None, prefix: str | None, params: Mapping[str,
 def hostile(exclude: Iterable[str] = (), **params: Mapping[str, Param]) -> tuple[Fault, ...]:
     """Every fault in its dedicated form, except ``exclude``; ``params`` maps kind -> knobs."""
     skip = set(exclude)
-    return tuple(_build(k, None, None, params.get(k, {})) for k in KINDS if k not in skip)
+    return tuple(
+        _build(k, None, None, params.get(k, {}))
+        for k, kind in KINDS.items() if kind.in_all and k not in skip
+    )
 
 
 def parse_cli(specs: Iterable[str]) -> tuple[Fault, ...]:

@@ -361,6 +361,34 @@ def _spider_trap(site: Site, f: Fault, host: str, rest: str) -> Node:
     return Node(200, links=tuple(site.url(host, f.mount + n) for n in names), body=body)
 
 
+def _shortcut(site: Site, f: Fault, host: str, rest: str) -> Node:
+    """Two paths to ``trap/1``: ``chain/1`` .. ``chain/N`` (N = ``chain``) and ``slow``,
+    both linked from the index; ``trap/1`` .. ``trap/L`` (L = ``length``) follow it in a
+    line. Made slow (a ``slow_first_byte`` fault on ``/x/shortcut/slow``), the short
+    path answers after the long one: a crawler that keeps the depth it first met
+    ``trap/1`` at cuts the line early under a depth limit."""
+    n, length = int(f.num("chain")), int(f.num("length"))
+    match = _SHORTCUT.fullmatch(rest)
+    if rest == "":
+        return _index(site, f, host, ["chain/1", "slow"])
+    if rest == "slow":
+        names = ["trap/1"]
+    elif match is not None and 1 <= int(match.group(2)) <= (n if match.group(1) == "chain"
+                                                            else length):
+        kind, i = match.group(1), int(match.group(2))
+        last = n if kind == "chain" else length
+        names = [f"{kind}/{i + 1}"] if i < last else (["trap/1"] if kind == "chain" else [])
+    else:
+        return NOT_FOUND
+    if not names:
+        return Node(200, body=leaf_page(f"shortcut {rest}"))
+    return Node(200, links=tuple(site.url(host, f.mount + m) for m in names),
+                body=link_list(f"shortcut {rest}", [f.mount + m for m in names]))
+
+
+_SHORTCUT = re.compile(r"(chain|trap)/([1-9][0-9]{0,5})")
+
+
 # name -> (meta tag, X-Robots-Tag header, nofollow, noindex, leaf names)
 _META_PAGES = {
     "nofollow": ('<meta name="robots" content="nofollow">', None, True, False, ["nf-1", "nf-2"]),
@@ -415,4 +443,5 @@ _FEATURES = {
     "idn": _idn,
     "scripts": scripts,
     "sitemaps": sitemaps,
+    "shortcut": _shortcut,
 }

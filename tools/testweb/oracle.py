@@ -57,10 +57,9 @@ Assumptions about the crawler, each a documented choice:
   crawler reads within its body limits, 10 MiB on the wire and 20 MiB
   decoded), of which the first ``MAX_SITEMAP_ENTRIES`` count. So every
   crawled host is asked for ``/sitemap.xml`` by default (a 404 on hosts
-  without the ``sitemaps`` feature). A crawler that met a URL at a larger
-  depth before its sitemap came keeps that depth where the oracle takes 1:
-  the difference shows only with ``max_depth`` (the feature's pages are
-  linked from nothing, so it does not arise there).
+  without the ``sitemaps`` feature). A URL met at a larger depth before
+  its sitemap came has depth 1 here, as for any shorter path: a crawler
+  that keeps the first depth it met differs under ``max_depth``.
 """
 
 from __future__ import annotations
