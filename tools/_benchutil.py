@@ -318,3 +318,18 @@ def git_revision(repo: str | os.PathLike[str]) -> dict[str, Any]:
     return {"commit": git("rev-parse", "HEAD") or None,
             "dirty": sorted(line[3:] for line in status.splitlines()),
             "diff_sha1": hashlib.sha1(diff.encode()).hexdigest() if diff else None}
+
+
+def tree_rss(pid: int) -> tuple[int, int]:
+    """(sum of VmRSS in bytes, live processes) over ``pid`` and its descendants now ((0, 0)
+    once it is gone): one sample of the polling ``run_measured`` does, for loops of their own."""
+    total = count = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        vm = _vm_status(p)
+        if vm:
+            total += vm.get("VmRSS", 0)
+            count += 1
+        todo += _child_pids(p)
+    return total, count
