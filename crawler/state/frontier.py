@@ -88,6 +88,9 @@ DEFAULT_BULK_SIZE = 25
 # Seconds a bulk whose URLs were handed back (release) waits before it is claimed again.
 RELEASE_COOLDOWN = 0.5
 DEFAULT_SYNC_INTERVAL = 5.0
+# PendDB is compacted (on the syncer's thread) once its dead bytes pass this and twice its
+# live ones: claimed bulks leave tombstones and dead values behind, ~40 bytes a URL.
+PEND_COMPACT_BYTES = 32 << 20
 URL_LOG_NAME = "urls.log"
 # errnos that mean "no space for this write" (EFBIG: a file size limit such as ulimit -f)
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -135,6 +138,7 @@ class Frontier:
         router: Router | None = None,
         track_depth: bool = False,
         expand: Expand | None = None,
+        compact_bytes: int = PEND_COMPACT_BYTES,
     ) -> None:
         self.data_dir = data_dir
         self.bulk_size = bulk_size
@@ -172,6 +176,8 @@ class Frontier:
         self._sync_due = threading.Event()
         self._syncer_stop = False
         self._sync_failed: BaseException | None = None
+        self.compact_bytes = compact_bytes
+        self.compactions = 0
         # The smallest depth of each URL (crawler.state.depths); ``expand`` reads a
         # done page again when a shorter path to it turns up (the engine's).
         self.depths = Depths(data_dir, track=track_depth)
@@ -418,6 +424,23 @@ class Frontier:
             except BaseException as exc:  # noqa: BLE001 - handed to the committer
                 self._sync_failed = exc
                 return
+            self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
+        """Compact PendDB when most of its bytes are dead (kvstore compaction runs beside
+        the committer's writes and survives a kill at any instant). A failure (a full
+        disk) leaves PendDB as it was: logged, and the crawl goes on."""
+        st = self.pend.stats()
+        if st.dead_bytes < max(self.compact_bytes, 2 * st.live_bytes):
+            return
+        try:
+            self.pend.compact()
+        except OSError as exc:
+            log.warning("%s: PendDB not compacted: %s", self.data_dir, exc)
+            self.compact_bytes *= 2  # try again only after twice the waste
+            return
+        self.compactions += 1
+        log.info("%s: PendDB compacted: %d dead bytes dropped", self.data_dir, st.dead_bytes)
 
     def _stop_syncer(self) -> None:
         if self._syncer is not None:

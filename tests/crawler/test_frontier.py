@@ -6,6 +6,7 @@ import errno
 import os
 import random
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,32 @@ def test_a_released_url_stays_in_its_bulk_and_is_claimed_again(
     assert f.idle() and len(f.pend) == 0 and len(f.main) == 3
     f.close()
     assert val.stat().st_size == val_size  # no bulk was written for the release
+
+
+def test_pend_db_is_compacted_once_most_of_it_is_dead(tmp_path: Path) -> None:
+    """Claimed and finished bulks leave dead bytes in PendDB; the syncer compacts it, and
+    the bulks still live stay claimable, here and after a reopen."""
+    f = Frontier(str(tmp_path), bulk_size=5, sync_interval=0.0, compact_bytes=4096)
+    f.add_seeds([Pending(u(i)) for i in range(2000)])
+    f.commit()
+    before = f.pend.stats()
+    claimed = []
+    while len(claimed) < 1900 and (bulk := f.claim()) is not None:
+        claimed.extend(bulk)
+    for c in claimed:
+        f.submit(Outcome(c, page(c)))
+    f.commit()
+    f.commit()  # the tombstones are written: the syncer sees the dead bytes now
+    deadline = time.monotonic() + 30
+    while f.compactions == 0:
+        assert time.monotonic() < deadline, "PendDB was not compacted"
+        f.commit()
+        time.sleep(0.05)
+    after = f.pend.stats()
+    assert after.generation > before.generation and after.dead_bytes < before.live_bytes // 4
+    left = {c.entry.url for c in claim_all(f)}
+    assert left == {u(i) for i in range(2000)} - {c.entry.url for c in claimed}
+    f.close()
+    again = Frontier(str(tmp_path), bulk_size=5)
+    assert again.counts()["pending"] == 2000 - len(claimed) and len(again.main) == len(claimed)
+    again.close()
