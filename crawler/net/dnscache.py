@@ -10,6 +10,10 @@ up in two kvstore.KeyIntMaps keyed by md5 of the name:
   every failure (nxdomain, nodata, servfail, timeout, private, error), so a
   dead host is not asked about again for every one of its URLs.
 
+Memory is bounded: past ``max_entries`` names (both maps) the expired ones
+are dropped, then the ones expiring soonest down to 3/4 of it (a dropped
+name costs one more query), about 31 bytes a name at most.
+
 Expiries are whole seconds of ``clock`` (wall-clock ``time.time`` by default,
 so entries keep their meaning if the map is ever persisted). On a miss, one
 thread per name queries (A, UDP, then TCP when the answer is truncated,
@@ -42,6 +46,7 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 import dns.resolver
+import numpy as np
 
 from kvstore import KeyIntMap, md5_key
 
@@ -73,7 +78,7 @@ DEFAULT_NEGATIVE_TTL = 60
 EDNS_PAYLOAD = 1232
 #: Hosts expected; sizes the maps once.
 DEFAULT_CAPACITY = 4096
-#: Entries (both maps) above which expired ones are purged.
+#: Entries (both maps) above which expired ones, then the soonest to expire, are dropped.
 DEFAULT_MAX_ENTRIES = 1_000_000
 
 #: DNSError kinds raised by resolve(); their index is stored in the negative map.
@@ -301,6 +306,8 @@ class DNSCache:
         with self._lock:
             del self._inflight[key]
             purge = len(self._positive) + len(self._negative) > self._purge_at
+            if purge:
+                self._purge_at = 1 << 62  # one purge at a time
         if isinstance(outcome, DNSError):
             flight.error = outcome
         else:
@@ -389,9 +396,28 @@ class DNSCache:
         return str(allowed[0]), int(chain.minimum_ttl)
 
     def _purge_if_full(self) -> None:
-        dropped = self.purge()
-        size = len(self._positive) + len(self._negative)
+        """Past max_entries: drop the expired entries and, if more than 3/4 of
+        max_entries are left, the live ones that expire soonest (a dropped name is
+        only queried again). Then the next purge is max_entries/4 inserts away, so
+        a purge costs O(1) a lookup, and the maps never hold much more than
+        max_entries names, however many hosts a crawl meets within max_ttl."""
+        keep = self.max_entries * 3 // 4
+        now = int(self._clock())
+        found: list[tuple[KeyIntMap, list[bytes], np.ndarray]] = []
+        for cache, shift in ((self._positive, 32), (self._negative, _KIND_BITS)):
+            keys = list(cache)
+            values = cache.get_many(keys) if keys else np.zeros(0, dtype=np.int64)
+            # An entry gone meanwhile (-1) counts as expired: its pop does nothing.
+            found.append((cache, keys, np.where(values < 0, 0, values >> shift)))
+        expiries = np.concatenate([e for _, _, e in found])
+        order = np.argsort(expiries, kind="stable")
+        expired = int(np.count_nonzero(expiries <= now))
+        cut = order[: max(expired, len(order) - keep)]
+        split = len(found[0][1])
+        for i in cut.tolist():
+            cache, keys, _ = found[0] if i < split else found[1]
+            cache.pop(keys[i if i < split else i - split], None)
         with self._lock:
-            # Still full of live entries: wait until twice as many before trying again.
-            self._purge_at = max(self.max_entries, 2 * size)
-        logger.debug("dns cache: purged %d expired entries, %d left", dropped, size)
+            self._purge_at = self.max_entries
+        logger.debug("dns cache: dropped %d entries (%d expired), %d left", len(cut), expired,
+                     len(expiries) - len(cut))

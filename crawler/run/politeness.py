@@ -22,6 +22,30 @@ fetches for max pages per host) change under the scheduler's lock, through
 Memory is bounded: at most ``max_waiting`` URLs wait in all, and at most
 ``max_waiting_per_host`` for one host; ``offer()`` refuses beyond that and the
 caller sends the URL back to PendDB.
+
+Idle hosts are evicted
+----------------------
+A crawl that meets a million hosts cannot keep a slot for each. A slot with
+nothing waiting, no fetch in flight and its next time already passed carries
+only its counters, so once more than ``max_slots`` slots exist, creating a
+slot evicts such idle ones: their counters (fetches, failures, robots.txt
+failures) are packed into one int in a ``KeyIntMap`` keyed by md5 of the host
+(~31 bytes a host instead of ~1 KB) and restored when the host comes back.
+So --max-pages-per-host and the backoff's doubling are exact across an
+eviction. A host whose next time is still ahead (its delay, Crawl-delay,
+Retry-After, a backoff) is never evicted, so no host is contacted early.
+Its delay is not kept: it is the default or robots.txt's Crawl-delay, which
+the robots.txt gate sets on the slot before every request
+(crawler.run.robotsgate), the evicted host's rules being cached or on disk.
+
+Slots that go idle are listed (once each) in a FIFO; each slot created, and
+each release, past the bound examines at most ``_SWEEP`` entries of it: a
+stale entry (the slot got busy again) is dropped, one whose time is ahead
+goes to the back, the others are evicted. So eviction costs O(1) per call,
+never O(hosts), and a crawl whose hosts all have a slot already still sheds
+the idle ones as its fetches end. The bound is soft: it is exceeded while
+more than ``max_slots`` hosts are busy or waiting out their delay. A waiting
+list is allocated when a URL first waits for the host and freed when it empties.
 """
 
 from __future__ import annotations
@@ -32,23 +56,43 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from kvstore import KeyIntMap, md5_key
+
+__all__ = ["DEFAULT_MAX_SLOTS", "HostSlot", "Scheduler"]
+
+#: Host slots kept in memory before idle ones are evicted (read when a Scheduler is made).
+DEFAULT_MAX_SLOTS = 20_000
+# Idle-list entries examined per slot created past the bound.
+_SWEEP = 8
+# The packed counters of an evicted host: fetches | failures << 32 | robots_failures << 48.
+# Counts are clamped: past 2**16 failures the backoff is at its cap long since, and a
+# robots_failures count is only ever compared with --max-retries.
+_FETCHES_MAX, _FAILURES_MAX, _ROBOTS_MAX = (1 << 32) - 1, (1 << 16) - 1, (1 << 15) - 1
 
 
 @dataclass(slots=True)
 class HostSlot:
     host: str
     delay: float
-    queue: deque[Any] = field(default_factory=deque)
+    queue: deque[Any] | None = None  # its waiting URLs; None while none wait
     active: int = 0
     next_at: float = 0.0
     in_heap: bool = False
-    pages: int = 0  # URLs handed out for this host
+    listed: bool = False  # in the scheduler's list of idle slots
     fetches: int = 0  # page requests reserved this run (for max pages per host)
     failures: int = 0  # consecutive failed requests (timeouts, resets, 429/5xx): the backoff
     robots_failures: int = 0  # consecutive robots.txt fetches that gave no usable answer
-    state: dict[str, Any] = field(default_factory=dict)  # robots rules etc., owned by the engine
+
+
+def _pack(s: HostSlot) -> int:
+    return (
+        min(s.fetches, _FETCHES_MAX)
+        | min(s.failures, _FAILURES_MAX) << 32
+        | min(s.robots_failures, _ROBOTS_MAX) << 48
+    )
 
 
 class Scheduler:
@@ -61,14 +105,18 @@ class Scheduler:
         delay: float,
         max_waiting: int,
         max_waiting_per_host: int,
+        max_slots: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.per_host = per_host
         self.delay = delay
         self.max_waiting = max_waiting
         self.max_waiting_per_host = max_waiting_per_host
+        self.max_slots = max(1, DEFAULT_MAX_SLOTS if max_slots is None else max_slots)
         self._clock = clock
         self._slots: dict[str, HostSlot] = {}
+        self._idle: deque[HostSlot] = deque()  # slots that went idle, oldest first
+        self._gone = KeyIntMap()  # md5(host) -> packed counters of an evicted host
         self._heap: list[tuple[float, int, HostSlot]] = []
         self._seq = 0
         self._cond = threading.Condition()
@@ -76,16 +124,52 @@ class Scheduler:
         self._closed = False
         self.waiting = 0
         self.active = 0
+        self.evictions = 0
 
     def slot(self, host: str) -> HostSlot:
+        """The host's slot (made if needed). One that is idle may later be evicted:
+        hold it only while a URL of the host is active."""
         with self._cond:
-            return self._slot(host)
+            s = self._slot(host)
+            self._list_if_idle(s)
+            return s
 
     def _slot(self, host: str) -> HostSlot:
         s = self._slots.get(host)
         if s is None:
             s = self._slots[host] = HostSlot(host, self.delay)
+            packed = self._gone.pop(md5_key(host), None)
+            if packed is not None:  # evicted before: its counters come back
+                s.fetches = packed & _FETCHES_MAX
+                s.failures = packed >> 32 & _FAILURES_MAX
+                s.robots_failures = packed >> 48 & _ROBOTS_MAX
+            if len(self._slots) > self.max_slots:
+                self._evict()
         return s
+
+    def _list_if_idle(self, s: HostSlot) -> None:
+        if not s.listed and not s.queue and s.active == 0:
+            s.listed = True
+            self._idle.append(s)
+
+    def _evict(self) -> None:
+        """Evict idle slots whose time has passed, examining at most _SWEEP of them."""
+        now = self._clock()
+        for _ in range(min(_SWEEP, len(self._idle))):
+            if len(self._slots) <= self.max_slots:
+                return
+            s = self._idle.popleft()
+            if self._slots.get(s.host) is not s:
+                continue  # evicted already (listed twice across an eviction)
+            if s.queue or s.active:
+                s.listed = False  # busy again: listed anew when it goes idle
+                continue
+            if s.next_at > now:
+                self._idle.append(s)  # its delay is not over: politeness needs its time
+                continue
+            del self._slots[s.host]
+            self._gone[md5_key(s.host)] = _pack(s)
+            self.evictions += 1
 
     def _push(self, s: HostSlot) -> None:
         if not s.in_heap and s.queue and s.active < self.per_host:
@@ -100,15 +184,18 @@ class Scheduler:
     def offer(self, host: str, item: Any, *, front: bool = False) -> bool:
         """Queue a URL for its host; False if the host's (or the global) wait list is full."""
         with self._cond:
+            if not front and self.waiting >= self.max_waiting:
+                return False  # before making a slot: a refused host costs nothing
             s = self._slot(host)
-            if not front and (
-                len(s.queue) >= self.max_waiting_per_host or self.waiting >= self.max_waiting
-            ):
+            q = s.queue
+            if q is None:
+                q = s.queue = deque()
+            if not front and len(q) >= self.max_waiting_per_host:
                 return False
             if front:
-                s.queue.appendleft(item)
+                q.appendleft(item)
             else:
-                s.queue.append(item)
+                q.append(item)
             self.waiting += 1
             self._push(s)
             return True
@@ -154,12 +241,14 @@ class Scheduler:
                 return None
             heapq.heappop(self._heap)
             s.in_heap = False
-            if not s.queue or s.active >= self.per_host:
+            q = s.queue
+            if not q or s.active >= self.per_host:
                 continue
-            item = s.queue.popleft()
+            item = q.popleft()
+            if not q:
+                s.queue = None  # an empty deque is ~600 bytes: most hosts wait for nothing
             self.waiting -= 1
             s.active += 1
-            s.pages += 1
             self.active += 1
             self._push(s)  # more connections allowed for it?
             return s, item
@@ -175,6 +264,9 @@ class Scheduler:
             floor = self._clock() + s.delay if contacted else 0.0
             s.next_at = max(s.next_at, floor, not_before)
             self._push(s)  # wakes one waiting worker if the host has more to do
+            self._list_if_idle(s)
+            if len(self._slots) > self.max_slots:
+                self._evict()
 
     # -- per-host counters (thread-safe) -------------------------------------------
 
@@ -208,13 +300,12 @@ class Scheduler:
     def drain(self) -> list[Any]:
         """Remove and return every waiting URL (at shutdown)."""
         with self._cond:
-            items = [item for s in self._slots.values() for item in s.queue]
+            items = [item for s in self._slots.values() if s.queue for item in s.queue]
             for s in self._slots.values():
-                s.queue.clear()
+                s.queue = None
+                s.in_heap = False
             self.waiting = 0
             self._heap.clear()
-            for s in self._slots.values():
-                s.in_heap = False
             return items
 
     def idle(self) -> bool:
@@ -222,6 +313,12 @@ class Scheduler:
             return self.waiting == 0 and self.active == 0
 
     def hosts(self) -> int:
+        """Hosts seen this run: those with a slot and those evicted."""
+        with self._cond:
+            return len(self._slots) + len(self._gone)
+
+    def slots(self) -> int:
+        """Host slots in memory now."""
         return len(self._slots)
 
     def close(self) -> None:

@@ -8,6 +8,11 @@ crawl loop needs none of its parts: the parsed rules in memory
 rules themselves are pure (crawler.web.robots). docs/HOSTILE.md tables what
 each answer to a robots.txt fetch means.
 
+The gate keeps no per-host state of its own: the rules are in the cache
+(LRU-bounded, crawler.run.robotscache) and on disk; it sets a host's
+Crawl-delay on its scheduler slot at every check, as the scheduler may have
+evicted the slot that had it (crawler.run.politeness).
+
 Thread-safety: every worker calls ``check`` at once; the cache lets only one
 worker at a time fetch a given host's robots.txt.
 """
@@ -79,8 +84,10 @@ class RobotsGate:
             rules = self._kept(key, now)  # an earlier run's answer, if still fresh
             if rules is None:
                 return self._fetch_rules(slot, key, u)
-            if rules.crawl_delay is not None:  # no request made: decide the URL now
-                slot.delay = max(cfg.delay, min(rules.crawl_delay, cfg.max_crawl_delay))
+        if rules.crawl_delay is not None:
+            # Before every request, not only when the rules are read: the scheduler
+            # evicts idle slots, and one made anew starts with the default delay.
+            slot.delay = max(cfg.delay, min(rules.crawl_delay, cfg.max_crawl_delay))
         if rules.state == "disallow_all_for_now":
             if slot.robots_failures <= cfg.max_retries:
                 # The whole host waits for the next robots.txt try; its URLs stay in memory.

@@ -31,8 +31,20 @@ Theory of operation (docs/SITEMAPS.md has the rules as a user sees them):
   (--max-retries, the host's backoff or Retry-After); then the failure is
   recorded, as is every other answer, so nothing is fetched twice.
 
-Thread-safety: ``discover`` from any worker (a lock guards the per-run maps);
-a SitemapTask is served by one worker at a time.
+- Memory. The sitemaps of one origin are a *walk*: it starts at discovery
+  and ends once none of the origin's sitemaps waits or is being read (no
+  visit of the origin can come after that: visits come from discovery and
+  from the origin's own sitemaps). Only a live walk keeps its state (the
+  sitemap URLs it visited, its budget count), so that state is bounded by
+  the origins with sitemaps waiting in the scheduler. An ended walk leaves
+  the md5 of its origin in a KeySet (~22 bytes an origin, the one cost per
+  origin of a run), so the origin is not walked again this run. It is not
+  evicted: re-walking an origin from the store would fetch nothing already
+  fetched (every answer is recorded, a 404 ``/sitemap.xml`` too), but its
+  budget would start over and sitemaps the budget had dropped would be read.
+
+Thread-safety: ``discover`` from any worker (a lock guards the walks); a
+SitemapTask is served by one worker at a time.
 """
 
 from __future__ import annotations
@@ -43,6 +55,8 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
+
+from kvstore import KeySet, md5_key
 
 from ..exceptions import DataDirError, DNSError, FetchError, URLError
 from ..net.fetch import FetchResult, parse_retry_after
@@ -64,6 +78,17 @@ _TRANSIENT = frozenset({"read_timeout", "total_timeout", "reset", "protocol"})
 _LOOK = 0.1  # seconds between two looks at whether the crawl stops, while waiting
 
 
+class _Walk:
+    """The live sitemap walk of one origin."""
+
+    __slots__ = ("held", "read", "visited")
+
+    def __init__(self) -> None:
+        self.held = 1  # its discovery under way, plus its sitemaps queued or being read
+        self.read = 0  # sitemaps visited (the budget's count)
+        self.visited: set[str] = set()  # sitemap URLs queued or found recorded
+
+
 class Sitemaps:
     """The sitemaps of one engine's crawl: discovery, the store, the counts."""
 
@@ -76,8 +101,8 @@ class Sitemaps:
         self.max_bytes = min(cfg.max_decoded_bytes, MAX_SITEMAP_BYTES)
         self.fetcher = engine._fetcher(cfg.max_body_bytes, self.max_bytes)
         self._lock = threading.Lock()
-        self._origins: dict[str, int] = {}  # robots key -> sitemaps visited this run
-        self._visited: set[str] = set()  # sitemap URLs queued or found recorded this run
+        self._walks: dict[str, _Walk] = {}  # robots key -> its live walk
+        self._walked = KeySet()  # md5 of the robots keys whose walk ended this run
         self.counts: Counter[str] = Counter()
 
     # -- discovery --------------------------------------------------------------
@@ -86,22 +111,44 @@ class Sitemaps:
         """A page URL of ``u``'s origin is about to be fetched (or decided): visit the
         origin's sitemaps once per run. Cheap after the first call for an origin."""
         origin = u.robots_key
-        if origin in self._origins:  # a dict read is atomic: no lock on the hot path
+        if origin in self._walks:  # a dict read is atomic: no lock on the hot path
+            return
+        key = md5_key(origin)
+        if key in self._walked:  # so is a KeySet's
             return
         with self._lock:
-            if origin in self._origins:
+            if origin in self._walks or key in self._walked:
                 return
-            self._origins[origin] = 0
-        candidates = []
-        cfg = self.engine.config
-        if self.mode in ("all", "robots") and cfg.obey_robots:
-            rules = self.engine.robots.peek(origin)
-            for value in rules.sitemaps if rules is not None else ():
-                candidates.append(urljoin(u.robots_url, value))
-        if self.mode == "all":
-            candidates.append(origin + "/sitemap.xml")
-        for url in candidates:
-            self.visit(u, url, 0)
+            self._walks[origin] = _Walk()
+        try:
+            candidates = []
+            cfg = self.engine.config
+            if self.mode in ("all", "robots") and cfg.obey_robots:
+                rules = self.engine.robots.peek(origin)
+                for value in rules.sitemaps if rules is not None else ():
+                    candidates.append(urljoin(u.robots_url, value))
+            if self.mode == "all":
+                candidates.append(origin + "/sitemap.xml")
+            for url in candidates:
+                self.visit(u, url, 0)
+        finally:
+            self.done(origin)
+
+    def done(self, origin: str) -> None:
+        """One hold on ``origin``'s walk ends (its discovery, or one of its sitemaps
+        read or given up); with the last, the walk ends and only its mark stays."""
+        with self._lock:
+            walk = self._walks.get(origin)
+            if walk is None:
+                return
+            walk.held -= 1
+            if walk.held <= 0:
+                del self._walks[origin]
+                self._walked.add(md5_key(origin))
+
+    def walks(self) -> int:
+        """Origins whose sitemap walk is under way (the ones that hold memory)."""
+        return len(self._walks)
 
     def visit(self, site: URL, url: str, level: int) -> None:
         """Queue sitemap ``url`` of ``site``'s origin, or, if a run recorded it, visit
@@ -118,16 +165,19 @@ class Sitemaps:
             self.count("sitemap_out_of_scope")
             return
         with self._lock:
-            if s.url in self._visited:
+            # The caller holds the walk (its discovery, or the sitemap being read).
+            walk = self._walks.get(site.robots_key)
+            if walk is None or s.url in walk.visited:
                 return
-            seen = self._origins.get(site.robots_key, 0)
-            if seen >= MAX_SITEMAPS_PER_HOST:
+            if walk.read >= MAX_SITEMAPS_PER_HOST:
                 self.counts["sitemap_budget"] += 1
                 return
-            self._origins[site.robots_key] = seen + 1
-            self._visited.add(s.url)
+            walk.read += 1
+            walk.visited.add(s.url)
         record = self.store.get(s.url)
         if record is None:
+            with self._lock:
+                walk.held += 1  # until the task is done with (SitemapTask.serve)
             self.engine.scheduler.offer(s.host, SitemapTask(s, level), front=True)
             return
         if record.get("redirect"):
@@ -170,6 +220,8 @@ class SitemapTask:
         finally:
             if wait is not None:  # robots.txt pending, or a retry after a failure
                 engine.scheduler.offer(slot.host, self, front=True)
+            elif engine.sitemaps is not None:  # read or given up: its walk may end
+                engine.sitemaps.done(self.url.robots_key)
             engine.scheduler.release(
                 slot,
                 not_before=wait.not_before if wait is not None else 0.0,
