@@ -126,6 +126,12 @@ class KeyIntMap(KeyIntMapBase, MutableMapping[bytes, int]):
             found[found < 0] = default
         return found
 
+    def items_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """A snapshot of every entry: (keys as an (n, 16) uint8 array, values int64), in
+        no particular order. For scans in numpy (the entries due, the smallest value)."""
+        with self._lock:
+            return self._index.items_arrays()
+
     def put_many(self, keys: Any, values: Any) -> None:
         arr = _keys(keys)
         try:

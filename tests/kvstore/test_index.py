@@ -220,6 +220,18 @@ class TestKeyIntMap:
         stats = m.index_stats()
         assert stats["memory_bytes"] == stats["capacity"] * (16 + width)
 
+    def test_items_arrays_is_a_snapshot_of_every_entry(self) -> None:
+        m = kvstore.KeyIntMap(width=5)
+        assert [a.shape for a in m.items_arrays()] == [(0, 16), (0,)]
+        m.put_many([k(i) for i in range(5000)], [i * 7 for i in range(5000)])
+        for i in range(0, 5000, 2):
+            del m[k(i)]
+        keys, values = m.items_arrays()
+        m[k(1)] = 1  # after the snapshot: not in it
+        assert keys.dtype == np.uint8 and values.dtype == np.int64
+        got = {keys[j].tobytes(): int(values[j]) for j in range(len(keys))}
+        assert got == {k(i): i * 7 for i in range(1, 5000, 2)}
+
     @pytest.mark.parametrize("width", [0, 9, 2.0])
     def test_bad_width(self, width: object) -> None:
         with pytest.raises(ValueError, match="width"):
