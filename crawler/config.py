@@ -96,6 +96,9 @@ class CrawlerConfig:
     status_interval: float = DEFAULT_STATUS_INTERVAL
     store_types: tuple[str, ...] = ()  # non-HTML media types whose bodies are kept too
     sitemaps: str = DEFAULT_SITEMAPS  # one of SITEMAP_MODES
+    # start --revisit-after: seconds (D) after which a fetched page is due again; None:
+    # a page is fetched once and the crawl ends when nothing is pending (crawler.state.due)
+    revisit_after: float | None = None
     render_js: tuple[str, ...] = ()  # host regexes whose HTML pages are rendered (docs/RENDER.md)
     render_all: bool = False  # every HTML page is rendered
     render_tabs: int = DEFAULT_RENDER_TABS
@@ -130,6 +133,8 @@ class CrawlerConfig:
                     f"--store-types {media!r}: give a media type (application/pdf), "
                     "a family (image/*) or * for every type"
                 )
+        if self.revisit_after is not None and not self.revisit_after >= 0:
+            raise ConfigError("--revisit-after cannot be negative")
         if self.sitemaps not in SITEMAP_MODES:
             modes = ", ".join(SITEMAP_MODES)
             raise ConfigError(f"--sitemaps {self.sitemaps!r}: give one of {modes}")

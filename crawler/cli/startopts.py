@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import config as cfgmod
+from ..exceptions import CrawlerError
+from ..state.recrawl import parse_age
 from ._common import size
 
 
@@ -54,6 +56,13 @@ def sitemap_mode(value: str) -> str:
             f"not a sitemap mode: {value!r} (give {', '.join(cfgmod.SITEMAP_MODES)})"
         )
     return value
+
+
+def age(value: str) -> float:
+    try:
+        return parse_age(value)
+    except CrawlerError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("bad age ")) from None
 
 
 def seconds(value: str) -> float:
@@ -118,6 +127,10 @@ OPTIONS: tuple[Opt, ...] = (
         "seeds are depth 0, each link adds 1 (default: no limit)", "N", "scope"),
     Opt("max_pages_per_host", "--max-pages-per-host", whole(0), None,
         "fetches per host (default: no limit)", "N", "scope"),
+    Opt("revisit_after", "--revisit-after", age, None,
+        "keep crawling: a fetched page is fetched again (a conditional GET) AGE after, "
+        "sooner when it changed, later when not, within AGE/4 .. 8 AGE; the crawl runs "
+        "until stopped (90s, 30m, 12h, 7d; 0: off; docs/RETRY.md)", "AGE", "run"),
     Opt("sync_interval", "--sync-interval", seconds, cfgmod.DEFAULT_SYNC_INTERVAL,
         "seconds between fsyncs (what a power loss can cost)", "S", "run"),
     Opt("status_interval", "--status-interval", seconds, cfgmod.DEFAULT_STATUS_INTERVAL,

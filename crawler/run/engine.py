@@ -106,13 +106,17 @@ class Engine:
         # One shard of several: links for other shards' hosts go to the frontier's outbox.
         self.router = Router(self.place) if self.place.count > 1 else None
         self.reader = ResponseReader(config, self.scope, product_token(config.user_agent))
+        # a recrawl's or --revisit-after's conditional GETs (prior/ records)
+        self.revisits = Revisits(config.data_dir, create=bool(config.revisit_after))
         self.frontier = Frontier(
             config.data_dir,
             sync_interval=config.sync_interval,
             max_queued=config.threads,
             router=self.router,
             track_depth=config.max_depth is not None,  # BFS-exact depth (state.depths)
-            expand=self._reread,
+            expand=self.reader.expand,
+            revisit_after=config.revisit_after or None,
+            prior=self.revisits.store,
         )
         self.bad_hosts = BadHosts(config.data_dir)
         self.dns = DNSCache(
@@ -134,12 +138,10 @@ class Engine:
         self.robots = self.robots_gate.cache  # the parsed robots.txt of each host
         self.robots_store = self.robots_gate.store
         self.sitemaps = Sitemaps(self) if config.sitemaps != "off" else None
-        self.revisits = Revisits(config.data_dir)  # a recrawl's conditional GETs
         self.stats_lock = threading.Lock()  # guards outcomes, fetched, bytes
         self.outcomes: Counter[str] = Counter()
         self.fetched = 0
         self.bytes = 0
-        self.depth_not_reread = 0  # pages a shorter path reached that could not be reread
         self.subrequests = 0  # requests made for pages rendering in the browser
         self._stopping = threading.Event()
         self._limit_reached = threading.Event()
@@ -257,8 +259,9 @@ class Engine:
         try:
             while not self._stopping.is_set():
                 fed = self._feed()
-                if not fed and self.idle() and (self.router is None or self._finish.is_set()):
-                    complete = True
+                if (not fed and self.idle() and not cfg.revisit_after
+                        and (self.router is None or self._finish.is_set())):
+                    complete = True  # (a revisiting crawl runs until stopped)
                     break
                 reporter.maybe_report()
                 if not fed:
@@ -446,10 +449,15 @@ class Engine:
 
     # -- outcomes -----------------------------------------------------------------
 
-    def _record(self, c: Claimed, status: int, reason: str, **fields: Any) -> bytes:
+    def _record(self, c: Claimed, status: int, reason: str, *,
+                prior: PageRecord | None = None, **fields: Any) -> bytes:
+        """A page record; ``prior``: the record a revisit set aside (for its interval)."""
         key = status_mod.outcome_key(status, reason, fields.get("truncated", ""))
         with self.stats_lock:
             self.outcomes[key] += 1
+        if self.config.revisit_after:  # every outcome comes back (crawler.state.due)
+            fields["revisit_interval"] = self.revisits.interval(
+                self.config.revisit_after, c.key, status, reason, fields, prior)
         page = PageRecord(
             url=c.entry.url,
             status=status,
@@ -459,15 +467,6 @@ class Engine:
             **fields,
         )
         return encode_page(page)
-
-    def _reread(self, record: bytes, e: Pending) -> tuple[bytes, list[tuple[bytes, Pending]]]:
-        """The frontier's ``expand``: a done page read again at a smaller depth."""
-        again, links, complete = self.reader.reread(record, e)
-        if not complete:
-            self.depth_not_reread += 1  # the committer's thread only
-            log.info("%s: reached at depth %d, but stored without its body: links not "
-                     "followed again", e.url, e.depth)
-        return again, links
 
     def _count(self, key: str) -> None:
         with self.stats_lock:
@@ -519,17 +518,20 @@ class Engine:
                 wait = min(ra, cfg.max_retry_after)
             if e.attempts < cfg.max_retries:
                 return self._retry(c, f"http_{status}", wait)
-            outcome = Outcome(c, self._record(c, status, "", **self.reader.fields(r, "")))
+            outcome = Outcome(c, self._record(c, status, "", prior=prior,
+                                              **self.reader.fields(r, "")))
             return _Result(outcome, time.monotonic() + wait)
         self.scheduler.host_ok(slot)
         if prior is not None:  # a recrawl: an answer came, the record set aside is done with
             self.revisits.forget(c.key)
             if status == 304 and prior.status == 200:  # the stored body is still the page
                 fields = self.revisits.not_modified(prior, r)
-                return _Result(Outcome(c, self._record(c, 200, prior.reason, **fields)))
+                return _Result(Outcome(c, self._record(c, 200, prior.reason, prior=prior,
+                                                       **fields)))
         if render and status == 200 and r.body and is_html(r.headers.get("content-type"),
                                                            r.body[:512]):
             self.renderer.hand(RenderJob(c, r))  # type: ignore[union-attr]
             return _Result(None, handed=True)
         reason, fields, links = self.reader.read(e, r)
-        return _Result(Outcome(c, self._record(c, status, reason, **fields), links=links))
+        return _Result(Outcome(c, self._record(c, status, reason, prior=prior, **fields),
+                               links=links))

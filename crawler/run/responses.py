@@ -10,6 +10,7 @@ own response, so it is thread-safe.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -19,6 +20,8 @@ from ..net.fetch import FetchResult, content_type
 from ..state.pages import Pending, decode_page, encode_page, pack_links
 from ..web.links import extract, is_html, robots_directives
 from ..web.urls import host_of, normalize, url_key
+
+log = logging.getLogger(__name__)
 
 
 class Reading(NamedTuple):
@@ -32,11 +35,12 @@ class Reading(NamedTuple):
 class ResponseReader:
     """Reads answers for one crawl's settings (``agent``: the user agent's product token)."""
 
-    __slots__ = ("config", "scope", "_agent", "_meta_names")
+    __slots__ = ("config", "scope", "_agent", "_meta_names", "not_reread")
 
     def __init__(self, config: CrawlerConfig, scope: Scope, agent: str) -> None:
         self.config = config
         self.scope = scope
+        self.not_reread = 0  # pages ``expand`` could not read links from (no body kept)
         self._agent = (agent,)
         self._meta_names = ("robots", *self._agent)
 
@@ -102,6 +106,16 @@ class ResponseReader:
             r, reason, outlinks=outlinks, noindex=noindex, links=graph, keep_type=keep
         )
         return Reading(reason, fields, links)
+
+    def expand(self, record: bytes, e: Pending) -> tuple[bytes, list[tuple[bytes, Pending]]]:
+        """The frontier's ``expand`` (crawler.state.depths): ``reread``, counting the
+        pages stored without the body their links would come from. The committer's."""
+        again, links, complete = self.reread(record, e)
+        if not complete:
+            self.not_reread += 1
+            log.info("%s: reached at depth %d, but stored without its body: links not "
+                     "followed again", e.url, e.depth)
+        return again, links
 
     def reread(self, record: bytes, e: Pending) -> tuple[bytes, list[tuple[bytes, Pending]], bool]:
         """A stored page record read again as if fetched for ``e`` (a shorter path to

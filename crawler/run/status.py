@@ -181,7 +181,8 @@ class Reporter:
             # URLs a shorter path reached after they were admitted (--max-depth), and
             # pages that could not be read again for it (stored without their body)
             "depth_improved": e.frontier.depths.improved,
-            "depth_not_reread": e.depth_not_reread,
+            "depth_not_reread": e.reader.not_reread,
+            **revisits(e),
             "outcomes": errors,
             "classes": by_class(errors),
             "mb": round(e.bytes / 1e6, 1),
@@ -235,6 +236,18 @@ def status_line(snap: dict[str, Any]) -> str:
 _SUMMED = ("fetched", "done", "pending", "in_flight", "waiting", "hosts", "bad_hosts", "outbox",
            "depth_improved", "depth_not_reread", "mb", "rss_mb", "pages_per_s",
            "avg_pages_per_s")
+# A revisiting crawl's fields (start --revisit-after): summed, but for the next due time.
+_REVISIT = ("revisits", "revisits_waiting")
+
+
+def revisits(e: Engine) -> dict[str, Any]:
+    """start --revisit-after: pages re-queued as due this run, pages waiting for their
+    time, and when the next is due (time.time()); nothing for another crawl."""
+    due = e.frontier.due
+    if due is None:
+        return {}
+    return {"revisits": e.frontier.revisits, "revisits_waiting": due.waiting(),
+            "next_revisit": due.next_due()}
 # A rendering crawl's fields (--render-js), summed when the shards have them.
 _RENDER = ("rendered", "render_failed", "render_queued", "rendering", "browser_starts",
            "subrequests", "browser_rss_mb")
@@ -243,6 +256,7 @@ _RENDER = ("rendered", "render_failed", "render_queued", "rendering", "browser_s
 def sum_snapshots(snaps: list[dict[str, Any]]) -> dict[str, Any]:
     """One crawl's snapshot from its shards' (outcomes summed by key, classes again)."""
     summed = _SUMMED + (_RENDER if any("rendered" in s for s in snaps) else ())
+    summed += _REVISIT if any("revisits" in s for s in snaps) else ()
     out: dict[str, Any] = {k: 0 for k in summed}
     outcomes: dict[str, int] = {}
     for snap in snaps:
@@ -259,6 +273,9 @@ def sum_snapshots(snaps: list[dict[str, Any]]) -> dict[str, Any]:
             sitemaps[key] = sitemaps.get(key, 0) + n
     out["sitemaps"] = dict(sorted(sitemaps.items()))
     out["classes"] = by_class(outcomes)
+    nexts = [s["next_revisit"] for s in snaps if s.get("next_revisit") is not None]
+    if any("revisits" in s for s in snaps):
+        out["next_revisit"] = min(nexts, default=None)
     out["running"] = any(s.get("running") for s in snaps)
     out["time"] = max((s.get("time", 0.0) for s in snaps), default=0.0)
     out["elapsed"] = max((s.get("elapsed", 0.0) for s in snaps), default=0.0)

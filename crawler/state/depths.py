@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import BinaryIO
 
 import numpy as np
 
@@ -41,6 +40,7 @@ import kvstore
 from ..exceptions import CrawlerError
 from .admission import keys_array
 from .pages import Pending
+from .recordlog import RecordLog, keys_of
 
 __all__ = ["DEPTHS_NAME", "MAX_TRACKED_DEPTH", "Depths", "Expand"]
 
@@ -64,31 +64,13 @@ class Depths:
     not thread-safe, except ``get`` (a lock-free lookup)."""
 
     def __init__(self, data_dir: str, *, track: bool) -> None:
-        self.path = os.path.join(data_dir, DEPTHS_NAME)
         self.map: kvstore.KeyIntMap | None = kvstore.KeyIntMap(width=2) if track else None
         self.improved = 0  # improvements this run
         self._unlogged: list[tuple[bytes, int]] = []  # (key, depth) records for write()
-        whole = 0
-        if os.path.exists(self.path):
-            size = os.path.getsize(self.path)
-            whole = size - size % _RECORD.itemsize
-            if self.map is not None and whole:
-                self._load(whole)
-        self._file: BinaryIO = open(self.path, "ab")  # noqa: SIM115 - closed by close()
-        if self._file.tell() != whole:  # a record cut by a kill
-            self._file.truncate(whole)
-            self._file.seek(whole)
-
-    def _load(self, size: int) -> None:
-        assert self.map is not None
-        chunk = (1 << 20) * _RECORD.itemsize  # bounded memory: a million records a step
-        with open(self.path, "rb") as f:
-            done = 0
-            while done < size:
-                rec = np.frombuffer(f.read(min(chunk, size - done)), dtype=_RECORD)
-                done += rec.nbytes
-                keys = np.frombuffer(rec["key"].tobytes(), dtype=np.uint8).reshape(-1, 16)
-                self.map.put_many(keys, rec["depth"].astype(np.int64))  # later ones win
+        self.log = RecordLog(os.path.join(data_dir, DEPTHS_NAME), _RECORD)
+        if self.map is not None:
+            for rec in self.log.chunks():  # later records win
+                self.map.put_many(keys_of(rec), rec["depth"].astype(np.int64))
 
     @property
     def tracking(self) -> bool:
@@ -213,18 +195,13 @@ class Depths:
         rec = np.empty(len(items), dtype=_RECORD)
         rec["key"] = np.frombuffer(b"".join(k for k, _ in items), dtype="V16")
         rec["depth"] = [min(d, MAX_TRACKED_DEPTH) for _, d in items]
-        self._file.write(rec.tobytes())
-        self._file.flush()
+        self.log.append(rec)
 
     def sync(self) -> None:
-        os.fsync(self._file.fileno())
+        self.log.sync()
 
     def close(self) -> None:
-        self._file.close()
+        self.log.close()
 
     def abandon(self) -> None:
-        """Close without writing more (after a failed write: the tail may be cut)."""
-        try:
-            self._file.close()
-        except OSError:
-            pass
+        self.log.abandon()

@@ -65,9 +65,11 @@ from ..web.urls import url_key
 from .admission import DEFAULT_RECENT_KEYS, DEFAULT_VECTOR_BATCH, Admission
 from .admission import keys_array as _keys_array
 from .depths import Depths, Expand
+from .due import MAX_REVISITS_PER_SCAN, DueTimes, scan_interval
 from .outbox import Outbox
 from .pages import Pending, decode_bulk, encode_bulk
 from .shards import Router
+from .syncer import Syncer, compact_if_wasted
 
 __all__ = [
     "DEFAULT_BULK_SIZE",
@@ -139,10 +141,11 @@ class Frontier:
         track_depth: bool = False,
         expand: Expand | None = None,
         compact_bytes: int = PEND_COMPACT_BYTES,
+        revisit_after: float | None = None,
+        prior: kvstore.Store | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.bulk_size = bulk_size
-        self.sync_interval = sync_interval
         os.makedirs(data_dir, exist_ok=True)
         try:
             self.main = kvstore.open(os.path.join(data_dir, "main"), buffer_size=64 << 20)
@@ -171,17 +174,22 @@ class Frontier:
         self._uncommitted = 0  # outcomes queued or in the batch being written
         self._seeds: list[tuple[bytes, Pending]] = []
         self._counter = 0
-        self._last_sync = time.monotonic()
-        self._syncer: threading.Thread | None = None  # started at the first due fsync
-        self._sync_due = threading.Event()
-        self._syncer_stop = False
-        self._sync_failed: BaseException | None = None
+        self.syncer = Syncer(sync_interval, self._sync_stores, self._compact)
         self.compact_bytes = compact_bytes
         self.compactions = 0
         # The smallest depth of each URL (crawler.state.depths); ``expand`` reads a
         # done page again when a shorter path to it turns up (the engine's).
         self.depths = Depths(data_dir, track=track_depth)
         self.expand = expand
+        # start --revisit-after: when each done page is due again (crawler.state.due);
+        # a due page's record goes to ``prior`` (for the conditional GET) as it is re-queued.
+        self.due = DueTimes(data_dir) if revisit_after else None
+        if self.due is not None and prior is None:
+            raise ValueError("Frontier: revisit_after needs the prior/ store")
+        self.prior = prior
+        self._scan_every = scan_interval(revisit_after) if revisit_after else 0.0
+        self._next_scan = 0.0
+        self.revisits = 0  # pages re-queued as due this run
         self._rebuild()
         self._failed: BaseException | None = None  # a commit failed: write nothing more
         self._admission = Admission(
@@ -230,7 +238,7 @@ class Frontier:
             out = []
             for entry in decode_bulk(self.pend[bk]):
                 k = url_key(entry.url)
-                if k in self.main or k in self.processing:
+                if k in self.processing or (k in self.main and not self._revisiting(k)):
                     self.pend_set.discard(k)  # MainDB or ProcessingSet knows it now
                     continue  # done before a restart, or in flight from another bulk
                 self.processing.add(k)
@@ -318,7 +326,8 @@ class Frontier:
             received, self._received = self._received, []
         with self._lock:
             finished, self._finished = self._finished, []
-        if not batch and not seeds and not finished and not received:
+        due_keys, due_records, due_entries = self._due()
+        if not batch and not seeds and not finished and not received and not due_keys:
             self._maybe_sync()
             return 0
         self.commits += 1
@@ -335,8 +344,8 @@ class Frontier:
         entries, new_keys = self._admission.dedup(candidates)
         self.depths.admit(new_keys, entries)
         requeued = [o for o in batch if o.record is None]
-        entries += [o.requeue or o.claimed.entry for o in requeued]
-        new_keys += [o.claimed.key for o in requeued]
+        entries += [o.requeue or o.claimed.entry for o in requeued] + due_entries
+        new_keys += [o.claimed.key for o in requeued] + due_keys
         bulk_keys = self._write_bulks(entries)
         if self.outbox is not None:
             self.outbox.write()  # flushed, like the bulks: before any tombstone (step 3)
@@ -347,11 +356,23 @@ class Frontier:
             self.pend.sync()  # the sender deletes its copy on our word: make it power-safe
             for _, done in received:
                 done.set()  # durable here: the sender may forget them
+        if due_keys:  # in PendDB now; prior/ marks them re-queued (crawler.state.due)
+            assert self.prior is not None
+            kept = [(k, r) for k, r in zip(due_keys, due_records, strict=True)
+                    if k not in self.prior]  # a failed revisit keeps the last good record
+            if kept:
+                self.prior.put_many([k for k, _ in kept], [r for _, r in kept])
+                self.prior.flush()
+            self.revisits += len(due_keys)
         stored = [o for o in batch if o.record is not None]
         if stored or rewrites:
             for o in stored:
                 rewrites.setdefault(o.claimed.key, o.record)  # type: ignore[arg-type]
+            if self.due is not None:  # logged before the records are in MainDB
+                self.due.note(list(rewrites), list(rewrites.values()))
+                self.due.write()
             self.main.put_many(list(rewrites), list(rewrites.values()))
+        if stored or rewrites:
             self.main.flush()
         if batch:
             self.processing.discard_many(_keys_array([o.claimed.key for o in batch]))
@@ -379,6 +400,21 @@ class Frontier:
         self._maybe_sync()
         return len(batch) + len(seeds) + len(received)
 
+    def _revisiting(self, key: bytes) -> bool:
+        """Whether a done URL is re-queued for a revisit (its record stays in MainDB for
+        readers until the new answer replaces it; prior/ holds the mark)."""
+        return self.due is not None and key in self.prior  # type: ignore[operator]
+
+    def _due(self) -> tuple[list[bytes], list[bytes], list[Pending]]:
+        """The pages due again now (start --revisit-after), every scan interval."""
+        if self.due is None:
+            return [], [], []
+        now = time.time()
+        if now < self._next_scan:
+            return [], [], []
+        self._next_scan = now + self._scan_every
+        return self.due.collect(now, MAX_REVISITS_PER_SCAN, self.main)
+
     def _write_bulks(self, entries: list[Pending]) -> list[bytes]:
         if not entries:
             return []
@@ -392,74 +428,40 @@ class Frontier:
         return keys
 
     def _maybe_sync(self, force: bool = False) -> None:
-        """fsync the stores every sync_interval, on the syncer thread: an fsync can
-        take a second on a busy disk, and the committer must go on writing (what is
-        written reaches the OS at once; the fsync only adds power-loss safety).
-        ``force`` (at close) stops the syncer and fsyncs here."""
-        if force:
-            self._stop_syncer()
-            self._sync_stores()
-            return
-        failed, self._sync_failed = self._sync_failed, None
-        if failed is not None:
-            raise failed  # from the syncer's last fsync: the commit fails with it
-        now = time.monotonic()
-        if now - self._last_sync >= self.sync_interval:
-            self._last_sync = now
-            if self._syncer is None:
-                self._syncer = threading.Thread(
-                    target=self._sync_loop, name="frontier-sync", daemon=True
-                )
-                self._syncer.start()
-            self._sync_due.set()
-
-    def _sync_loop(self) -> None:
-        while True:
-            self._sync_due.wait()
-            self._sync_due.clear()
-            if self._syncer_stop:  # set before the wake-up that brought us here
-                return
-            try:
-                self._sync_stores()
-            except BaseException as exc:  # noqa: BLE001 - handed to the committer
-                self._sync_failed = exc
-                return
-            self._maybe_compact()
-
-    def _maybe_compact(self) -> None:
-        """Compact PendDB when most of its bytes are dead (kvstore compaction runs beside
-        the committer's writes and survives a kill at any instant). A failure (a full
-        disk) leaves PendDB as it was: logged, and the crawl goes on."""
-        st = self.pend.stats()
-        if st.dead_bytes < max(self.compact_bytes, 2 * st.live_bytes):
-            return
-        try:
-            self.pend.compact()
-        except OSError as exc:
-            log.warning("%s: PendDB not compacted: %s", self.data_dir, exc)
-            self.compact_bytes *= 2  # try again only after twice the waste
-            return
-        self.compactions += 1
-        log.info("%s: PendDB compacted: %d dead bytes dropped", self.data_dir, st.dead_bytes)
+        self.syncer.maybe(force)
 
     def _stop_syncer(self) -> None:
-        if self._syncer is not None:
-            self._syncer_stop = True
-            self._sync_due.set()
-            self._syncer.join()
-            self._syncer = None
-        failed, self._sync_failed = self._sync_failed, None
-        if failed is not None:
-            raise failed
+        self.syncer.stop()
+
+    def _compact(self) -> None:
+        """The syncer's upkeep: PendDB compacted once most of it is dead."""
+        done = compact_if_wasted(self.pend, self.compact_bytes, f"{self.data_dir}: PendDB")
+        if done:
+            self.compactions += 1
+        elif done is False:  # failed (a full disk): try again after twice the waste
+            self.compact_bytes *= 2
 
     def _sync_stores(self) -> None:
         self.pend.sync()
         self.depths.sync()
+        if self.due is not None:
+            self.due.sync()
+        if self.prior is not None:
+            self.prior.sync()
         self.main.sync()
         if self.outbox is not None:
             self.outbox.sync()
 
     # -- state ------------------------------------------------------------------
+
+    @property
+    def sync_interval(self) -> float:
+        """Seconds between fsyncs (settable)."""
+        return self.syncer.interval
+
+    @sync_interval.setter
+    def sync_interval(self, value: float) -> None:
+        self.syncer.interval = value
 
     @property
     def admitted(self) -> int:
@@ -507,6 +509,8 @@ class Frontier:
                 pass
             closings = [self._admission.close, self.pend.abandon, self.depths.abandon,
                         self.main.abandon]
+            if self.due is not None:
+                closings.append(self.due.abandon)
             if self.outbox is not None:
                 closings.append(self.outbox.abandon)
             for closing in closings:
@@ -518,6 +522,8 @@ class Frontier:
         self._admission.close()
         self.pend.close()
         self.depths.close()
+        if self.due is not None:
+            self.due.close()
         self.main.close()
         if self.outbox is not None:
             self.outbox.close()

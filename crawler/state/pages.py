@@ -74,6 +74,9 @@ class PageRecord:
     # at ``revisit_of`` (time.time()); "" otherwise.
     revisit: str = ""
     revisit_of: float = 0.0
+    # start --revisit-after: seconds after ``fetched_at`` that the page is due again
+    # (crawler.state.due says the rule); 0: not revisited.
+    revisit_interval: float = 0.0
     body: bytes = b""
 
     def header_dict(self) -> dict[str, Any]:
@@ -107,7 +110,7 @@ class PageRecord:
 
 
 _HEADER_FIELDS = tuple(f.name for f in fields(PageRecord) if f.name not in ("body", "links", "dom"))
-_OPTIONAL_FIELDS = ("render", "revisit", "revisit_of")
+_OPTIONAL_FIELDS = ("render", "revisit", "revisit_of", "revisit_interval")
 
 
 def pack_links(follow: Iterable[str], nofollow: Iterable[str] = (), *,

@@ -245,7 +245,7 @@ def test_a_failed_periodic_fsync_fails_the_next_commit(
     monkeypatch.setattr(os, "fsync", broken)
     f.submit(Outcome(claimed[0], page(claimed[0])))
     f.commit()  # starts the fsync that fails on the syncer thread
-    f._syncer.join(10)  # type: ignore[union-attr]
+    f.syncer.thread.join(10)  # type: ignore[union-attr]
     f.submit(Outcome(claimed[1], page(claimed[1])))
     with pytest.raises(OSError, match="Input/output"):
         f.commit()

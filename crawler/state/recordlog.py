@@ -1,0 +1,70 @@
+"""An append-only file of fixed-size numpy records, for state rebuilt in memory on open.
+
+``depths.bin`` (crawler.state.depths) and ``due.bin`` (crawler.state.revisits)
+are such logs: each record is a url_key and a number, later records of a key
+replace earlier ones, and the in-memory map is the log read from the start.
+Appends are flushed to the OS at once (a kill -9 loses none) and fsynced with
+the other stores. A record cut by a kill (the file's size is not a whole number
+of records) is ignored on open and cut off before the next append.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import numpy as np
+
+__all__ = ["RecordLog"]
+
+_CHUNK = 1 << 20  # records read at a time on open: memory stays bounded
+
+
+class RecordLog:
+    """The log at ``path`` of records of ``dtype``. Not thread-safe, except ``sync``
+    (an fsync beside the appends, from the frontier's syncer)."""
+
+    def __init__(self, path: str, dtype: np.dtype) -> None:
+        self.path = path
+        self.dtype = dtype
+        size = os.path.getsize(path) if os.path.exists(path) else 0
+        self.whole = size - size % dtype.itemsize  # bytes of whole records
+        self._file: BinaryIO = open(path, "ab")  # noqa: SIM115 - closed by close()
+        if self._file.tell() != self.whole:  # a record cut by a kill
+            self._file.truncate(self.whole)
+            self._file.seek(self.whole)
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """The records on disk at open, oldest first, a bounded chunk at a time."""
+        step = _CHUNK * self.dtype.itemsize
+        with open(self.path, "rb") as f:
+            done = 0
+            while done < self.whole:
+                rec = np.frombuffer(f.read(min(step, self.whole - done)), dtype=self.dtype)
+                done += rec.nbytes
+                yield rec
+
+    def append(self, records: np.ndarray) -> None:
+        """Append and flush to the OS (raises OSError, a full disk)."""
+        if len(records):
+            self._file.write(records.tobytes())
+            self._file.flush()
+
+    def sync(self) -> None:
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def abandon(self) -> None:
+        """Close without writing more (after a failed write: the tail may be cut)."""
+        try:
+            self._file.close()
+        except OSError:
+            pass
+
+
+def keys_of(records: np.ndarray) -> np.ndarray:
+    """The ``key`` field (16 bytes) of records as the (n, 16) uint8 array maps take."""
+    return np.frombuffer(records["key"].tobytes(), dtype=np.uint8).reshape(-1, 16)
