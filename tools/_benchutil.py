@@ -13,11 +13,13 @@ import json
 import os
 import platform
 import resource
+import socket
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -333,3 +335,29 @@ def tree_rss(pid: int) -> tuple[int, int]:
             count += 1
         todo += _child_pids(p)
     return total, count
+
+
+# -- for the crawl benchmarks (bench_crawl, bench_broad) -------------------------------
+
+_PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def log(msg: str) -> None:
+    """Progress, on stderr (the results go to stdout)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def child_env() -> dict[str, str]:
+    """The environment of every crawler: the repository importable, no proxy (loopback only)."""
+    env = {k: v for k, v in os.environ.items() if k not in _PROXY_VARS}
+    env["PYTHONPATH"] = str(_REPO)
+    env["NO_PROXY"] = env["no_proxy"] = "*"
+    return env
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

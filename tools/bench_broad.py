@@ -65,7 +65,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -86,29 +85,15 @@ from tools.testweb.broadsite import LOG_NAME, BroadConfig, read_log, write_nginx
 from tools.testweb.dnsserver import DNSServer
 from tools.testweb.export import nginx_serving
 
+log, child_env, free_port = bu.log, bu.child_env, bu.free_port
+
 REPO = Path(__file__).resolve().parents[1]
 POLL = 0.05  # seconds between two samples of RSS and the log
 LOG_FLUSH = 0.5  # nginx writes each log line when it answers: a margin only
 STOP_WAIT = 300.0  # seconds a SIGINT-ed crawl may take to stop cleanly
-_PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def child_env() -> dict[str, str]:
-    """The crawler's environment: the repository importable, no proxy (loopback only)."""
-    env = {k: v for k, v in os.environ.items() if k not in _PROXY_VARS}
-    env["PYTHONPATH"] = str(REPO)
-    env["NO_PROXY"] = env["no_proxy"] = "*"
-    return env
 
 
 class RequestLog:

@@ -99,28 +99,14 @@ from tools.testweb.urls import normalize
 if TYPE_CHECKING:
     from tools.testweb import TestWeb
 
+log, child_env, free_port = bu.log, bu.child_env, bu.free_port
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_VENV = Path.home() / ".cache" / "kvcrawl-bench" / "scrapy-venv"
 RUN_TIMEOUT = 3600.0  # one crawl; a hung crawler is killed and the run reported as failed
-_PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
-
-def child_env() -> dict[str, str]:
-    """The environment of every crawler: the repository importable, no proxy (loopback only)."""
-    env = {k: v for k, v in os.environ.items() if k not in _PROXY_VARS}
-    env["PYTHONPATH"] = str(REPO)
-    env["NO_PROXY"] = env["no_proxy"] = "*"
-    return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -52,7 +52,6 @@ Expand = Callable[[bytes, Pending], tuple[bytes, list[Link]]]
 Route = Callable[[list[Link]], list[Link]]
 
 DEPTHS_NAME = "depths.bin"
-_RECORD = np.dtype([("key", "V16"), ("depth", "<u2")])
 # A width-2 map holds 0..32767; a deeper URL is remembered at this depth (never
 # offered again at a smaller one than that in practice).
 MAX_TRACKED_DEPTH = 32_767
@@ -66,8 +65,7 @@ class Depths:
     def __init__(self, data_dir: str, *, track: bool) -> None:
         self.map: kvstore.KeyIntMap | None = kvstore.KeyIntMap(width=2) if track else None
         self.improved = 0  # improvements this run
-        self._unlogged: list[tuple[bytes, int]] = []  # (key, depth) records for write()
-        self.log = RecordLog(os.path.join(data_dir, DEPTHS_NAME), _RECORD)
+        self.log = RecordLog(os.path.join(data_dir, DEPTHS_NAME), "depth", "<u2")
         if self.map is not None:
             for rec in self.log.chunks():  # later records win
                 self.map.put_many(keys_of(rec), rec["depth"].astype(np.int64))
@@ -116,7 +114,7 @@ class Depths:
         won = [(keys[i], best[keys[i]]) for i in better]
         self.map.put_many(keys_array([k for k, _ in won]), offered[better])
         self.improved += len(won)
-        self._unlogged += [(k, e.depth) for k, e in won]
+        self.log.stage((k, min(e.depth, MAX_TRACKED_DEPTH)) for k, e in won)
         return reduced, won
 
     def deepen(
@@ -183,25 +181,10 @@ class Depths:
         depths = [min(e.depth, MAX_TRACKED_DEPTH) for e in entries]
         if self.map is not None:
             self.map.put_many(keys_array(keys), depths)
-        self._unlogged += zip(keys, depths, strict=True)
+        self.log.stage(zip(keys, depths, strict=True))
 
     def write(self) -> None:
         """Append the records of this commit's admissions and improvements and flush
         them to the OS (raises OSError). The frontier calls it once their links are
         in PendDB and before page records at the new depths reach MainDB."""
-        items, self._unlogged = self._unlogged, []
-        if not items:
-            return
-        rec = np.empty(len(items), dtype=_RECORD)
-        rec["key"] = np.frombuffer(b"".join(k for k, _ in items), dtype="V16")
-        rec["depth"] = [min(d, MAX_TRACKED_DEPTH) for _, d in items]
-        self.log.append(rec)
-
-    def sync(self) -> None:
-        self.log.sync()
-
-    def close(self) -> None:
-        self.log.close()
-
-    def abandon(self) -> None:
-        self.log.abandon()
+        self.log.write()

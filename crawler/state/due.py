@@ -48,7 +48,6 @@ DUE_NAME = "due.bin"
 MIN_FACTOR = 0.25  # the shortest interval: D / 4 (a page that changes at every visit)
 MAX_FACTOR = 8.0  # the longest: 8 D (a page that never changes)
 MAX_SCAN_INTERVAL = 60.0
-_RECORD = np.dtype([("key", "V16"), ("due", "<i8")])
 MAX_REVISITS_PER_SCAN = 10_000  # re-queued by one commit at most; the rest at the next
 
 log = logging.getLogger(__name__)
@@ -75,16 +74,15 @@ class DueTimes:
 
     def __init__(self, data_dir: str) -> None:
         self.map = kvstore.KeyIntMap(width=6)  # ms since the epoch (2**47 ms: 4,000 years)
-        self.log = RecordLog(os.path.join(data_dir, DUE_NAME), _RECORD)
+        self.log = RecordLog(os.path.join(data_dir, DUE_NAME), "due", "<i8")
         for rec in self.log.chunks():  # later records win; 0: not due (re-queued)
             self.map.put_many(keys_of(rec), rec["due"])
-        self._unlogged: list[tuple[bytes, int]] = []
 
     def set(self, key: bytes, due: float) -> None:
         """``key`` is due at ``due`` (time.time()); ``write`` logs it."""
         ms = max(1, math.ceil(due * 1000))  # never early
         self.map[key] = ms
-        self._unlogged.append((key, ms))
+        self.log.stage([(key, ms)])
 
     def take(self, now: float, limit: int) -> list[bytes]:
         """Up to ``limit`` keys due at ``now``, earliest first, due no more in memory.
@@ -144,18 +142,4 @@ class DueTimes:
 
     def write(self) -> None:
         """Append this commit's records and flush them to the OS (raises OSError)."""
-        items, self._unlogged = self._unlogged, []
-        if items:
-            rec = np.empty(len(items), dtype=_RECORD)
-            rec["key"] = np.frombuffer(b"".join(k for k, _ in items), dtype="V16")
-            rec["due"] = [d for _, d in items]
-            self.log.append(rec)
-
-    def sync(self) -> None:
-        self.log.sync()
-
-    def close(self) -> None:
-        self.log.close()
-
-    def abandon(self) -> None:
-        self.log.abandon()
+        self.log.write()

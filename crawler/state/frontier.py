@@ -443,9 +443,9 @@ class Frontier:
 
     def _sync_stores(self) -> None:
         self.pend.sync()
-        self.depths.sync()
+        self.depths.log.sync()
         if self.due is not None:
-            self.due.sync()
+            self.due.log.sync()
         if self.prior is not None:
             self.prior.sync()
         self.main.sync()
@@ -507,10 +507,10 @@ class Frontier:
                 self._stop_syncer()
             except BaseException:  # noqa: BLE001 - the first failure is the one reported
                 pass
-            closings = [self._admission.close, self.pend.abandon, self.depths.abandon,
+            closings = [self._admission.close, self.pend.abandon, self.depths.log.abandon,
                         self.main.abandon]
             if self.due is not None:
-                closings.append(self.due.abandon)
+                closings.append(self.due.log.abandon)
             if self.outbox is not None:
                 closings.append(self.outbox.abandon)
             for closing in closings:
@@ -521,9 +521,9 @@ class Frontier:
             return
         self._admission.close()
         self.pend.close()
-        self.depths.close()
+        self.depths.log.close()
         if self.due is not None:
-            self.due.close()
+            self.due.log.close()
         self.main.close()
         if self.outbox is not None:
             self.outbox.close()

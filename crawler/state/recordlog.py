@@ -11,7 +11,7 @@ of records) is ignored on open and cut off before the next append.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 import numpy as np
@@ -22,12 +22,15 @@ _CHUNK = 1 << 20  # records read at a time on open: memory stays bounded
 
 
 class RecordLog:
-    """The log at ``path`` of records of ``dtype``. Not thread-safe, except ``sync``
-    (an fsync beside the appends, from the frontier's syncer)."""
+    """The log at ``path`` of (url_key, ``field``) records, ``field`` of numpy type
+    ``kind``. Not thread-safe, except ``sync`` (an fsync beside the appends, from the
+    frontier's syncer)."""
 
-    def __init__(self, path: str, dtype: np.dtype) -> None:
+    def __init__(self, path: str, field: str, kind: str) -> None:
         self.path = path
-        self.dtype = dtype
+        self.field = field
+        self.dtype = dtype = np.dtype([("key", "V16"), (field, kind)])
+        self._staged: list[tuple[bytes, int]] = []
         size = os.path.getsize(path) if os.path.exists(path) else 0
         self.whole = size - size % dtype.itemsize  # bytes of whole records
         self._file: BinaryIO = open(path, "ab")  # noqa: SIM115 - closed by close()
@@ -45,10 +48,19 @@ class RecordLog:
                 done += rec.nbytes
                 yield rec
 
-    def append(self, records: np.ndarray) -> None:
-        """Append and flush to the OS (raises OSError, a full disk)."""
-        if len(records):
-            self._file.write(records.tobytes())
+    def stage(self, items: Iterable[tuple[bytes, int]]) -> None:
+        """(key, value) records for the next ``write``."""
+        self._staged += items
+
+    def write(self) -> None:
+        """Append the staged records and flush them to the OS (raises OSError, a full
+        disk: they are dropped, as the commit that staged them failed)."""
+        items, self._staged = self._staged, []
+        if items:
+            rec = np.empty(len(items), dtype=self.dtype)
+            rec["key"] = np.frombuffer(b"".join(k for k, _ in items), dtype="V16")
+            rec[self.field] = [v for _, v in items]
+            self._file.write(rec.tobytes())
             self._file.flush()
 
     def sync(self) -> None:

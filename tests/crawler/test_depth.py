@@ -156,7 +156,7 @@ def test_the_log_keeps_the_last_depth_of_each_key_and_drops_a_cut_record(tmp_pat
     assert [k for k, _ in reduced] == [key(1), key(2), key(9)]
     assert dict(reduced)[key(2)] == entry(2)
     d.write()
-    d.close()
+    d.log.close()
     with open(tmp_path / DEPTHS_NAME, "ab") as f:
         f.write(key(3) + b"\x01")  # a record cut by a kill: 17 of 18 bytes
     again = Depths(str(tmp_path), track=True)
@@ -164,10 +164,10 @@ def test_the_log_keeps_the_last_depth_of_each_key_and_drops_a_cut_record(tmp_pat
     assert (tmp_path / DEPTHS_NAME).stat().st_size == 4 * 18  # the cut record is gone
     again.admit([key(4)], [entry(1)])
     again.write()
-    again.close()
+    again.log.close()
     third = Depths(str(tmp_path), track=True)
     assert third.get(key(4)) == 1 and third.get(key(3)) == 7
-    third.close()
+    third.log.close()
 
 
 def test_fold_only_lowers_and_untracked_maps_nothing(tmp_path: Path) -> None:
@@ -177,14 +177,14 @@ def test_fold_only_lowers_and_untracked_maps_nothing(tmp_path: Path) -> None:
     assert (d.get(key(1)), d.get(key(2))) == (3, 4)
     d.fold([key(1)], [1])
     assert d.get(key(1)) == 1
-    d.close()
+    d.log.close()
     os.makedirs(tmp_path / "p")
     plain = Depths(str(tmp_path / "p"), track=False)
     plain.admit([key(1)], [entry(3)])
     offers: list[Any] = [(key(1), entry(0))]
     assert plain.improve(offers) == (offers, []) and plain.get(key(1)) == -1
     plain.write()
-    plain.close()
+    plain.log.close()
     raw = np.fromfile(tmp_path / "p" / DEPTHS_NAME, dtype=np.uint8)
     assert raw.size == 18 and raw[:16].tobytes() == key(1) and raw[16] == 3
 

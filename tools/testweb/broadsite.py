@@ -32,6 +32,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .export import NGINX_HTTP_COMMON
 from .graph import host_name
 
 ROBOTS_TXT = "User-agent: *\nDisallow: /private/\n"
@@ -115,15 +116,7 @@ http {{
     default_type text/html;
     log_format broad '$host $request_uri $status';
     access_log {root}/logs/{log} broad;
-    keepalive_timeout 120s;
-    keepalive_requests 1000000;
-    server_tokens off;
-    client_body_temp_path {root}/logs/body;
-    proxy_temp_path {root}/logs/proxy;
-    fastcgi_temp_path {root}/logs/fastcgi;
-    uwsgi_temp_path {root}/logs/uwsgi;
-    scgi_temp_path {root}/logs/scgi;
-    map_hash_max_size {hash_size};
+{common}    map_hash_max_size {hash_size};
     map_hash_bucket_size 64;
 """
 
@@ -137,6 +130,7 @@ def write_nginx(config: BroadConfig, directory: str | os.PathLike[str], *,
     conf = root / "nginx.conf"
     with open(conf, "w", encoding="ascii") as f:
         f.write(_HEAD.format(root=root, workers=workers, log=LOG_NAME,
+                             common=NGINX_HTTP_COMMON.format(root=root),
                              hash_size=max(1024, 2 * config.hosts)))
         f.write('    map $host $xlinks {\n        default "";\n')
         for i in range(config.hosts):

@@ -93,6 +93,10 @@ http {{
     access_log off;
     sendfile on;
     tcp_nopush on;
+"""
+# What every nginx of ours sets inside http {}: long keep-alive (a crawler reuses its
+# connections), no version, temp files under the prefix (nginx runs unprivileged).
+NGINX_HTTP_COMMON = """\
     keepalive_timeout 120s;
     keepalive_requests 1000000;
     server_tokens off;
@@ -102,6 +106,7 @@ http {{
     uwsgi_temp_path {root}/logs/uwsgi;
     scgi_temp_path {root}/logs/scgi;
 """
+_NGINX_HEAD += NGINX_HTTP_COMMON
 
 
 def _server_block(site: Site, index: int, www: Path, address: str,
