@@ -359,7 +359,7 @@ class Frontier:
         if due_keys:  # in PendDB now; prior/ marks them re-queued (crawler.state.due)
             assert self.prior is not None
             kept = [(k, r) for k, r in zip(due_keys, due_records, strict=True)
-                    if k not in self.prior]  # a failed revisit keeps the last good record
+                    if k not in self.prior]  # marked already (re-queued before a restart)
             if kept:
                 self.prior.put_many([k for k, _ in kept], [r for _, r in kept])
                 self.prior.flush()
