@@ -271,14 +271,26 @@ class HashIndex(IndexBase):
 
     # -- whole-index views ----------------------------------------------------
 
-    def items_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Snapshot of (keys (n,16) uint8, values int64) of every live entry."""
+    def items_arrays(
+        self, lo: int | None = None, hi: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Snapshot of (keys (n,16) uint8, values int64) of every live entry, or of
+        those with ``lo <= value <= hi``: filtered a segment at a time, so memory is
+        one segment's values plus what is returned."""
         ks, vs = [], []
         top = self.width - 1
         for seg in list(self._segs):
             live = np.flatnonzero(seg.vals[:, top] < 0xFE)
+            vals = decode_values(seg.vals[live])
+            if lo is not None or hi is not None:
+                keep = np.ones(len(vals), dtype=bool)
+                if lo is not None:
+                    keep &= vals >= lo
+                if hi is not None:
+                    keep &= vals <= hi
+                live, vals = live[keep], vals[keep]
             ks.append(seg.keys[live])
-            vs.append(decode_values(seg.vals[live]))
+            vs.append(vals)
         return np.concatenate(ks), np.concatenate(vs)
 
     def iter_keys(self) -> Iterator[bytes]:

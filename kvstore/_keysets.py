@@ -126,11 +126,14 @@ class KeyIntMap(KeyIntMapBase, MutableMapping[bytes, int]):
             found[found < 0] = default
         return found
 
-    def items_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """A snapshot of every entry: (keys as an (n, 16) uint8 array, values int64), in
-        no particular order. For scans in numpy (the entries due, the smallest value)."""
+    def items_arrays(
+        self, lo: int | None = None, hi: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A snapshot of every entry, or of those with ``lo <= value <= hi``: (keys as
+        an (n, 16) uint8 array, values int64), in no particular order. Filtered as it
+        goes (memory: what is returned), for scans such as "the entries due by now"."""
         with self._lock:
-            return self._index.items_arrays()
+            return self._index.items_arrays(lo, hi)
 
     def put_many(self, keys: Any, values: Any) -> None:
         arr = _keys(keys)

@@ -241,13 +241,12 @@ _REVISIT = ("revisits", "revisits_waiting")
 
 
 def revisits(e: Engine) -> dict[str, Any]:
-    """start --revisit-after: pages re-queued as due this run, pages waiting for their
-    time, and when the next is due (time.time()); nothing for another crawl."""
+    """start --revisit-after: pages re-queued as due this run and pages waiting for
+    their time; nothing for another crawl."""
     due = e.frontier.due
     if due is None:
         return {}
-    return {"revisits": e.frontier.revisits, "revisits_waiting": due.waiting(),
-            "next_revisit": due.next_due()}
+    return {"revisits": e.frontier.revisits, "revisits_waiting": due.waiting}
 # A rendering crawl's fields (--render-js), summed when the shards have them.
 _RENDER = ("rendered", "render_failed", "render_queued", "rendering", "browser_starts",
            "subrequests", "browser_rss_mb")
@@ -273,9 +272,6 @@ def sum_snapshots(snaps: list[dict[str, Any]]) -> dict[str, Any]:
             sitemaps[key] = sitemaps.get(key, 0) + n
     out["sitemaps"] = dict(sorted(sitemaps.items()))
     out["classes"] = by_class(outcomes)
-    nexts = [s["next_revisit"] for s in snaps if s.get("next_revisit") is not None]
-    if any("revisits" in s for s in snaps):
-        out["next_revisit"] = min(nexts, default=None)
     out["running"] = any(s.get("running") for s in snaps)
     out["time"] = max((s.get("time", 0.0) for s in snaps), default=0.0)
     out["elapsed"] = max((s.get("elapsed", 0.0) for s in snaps), default=0.0)

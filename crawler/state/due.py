@@ -77,10 +77,13 @@ class DueTimes:
         self.log = RecordLog(os.path.join(data_dir, DUE_NAME), "due", "<i8")
         for rec in self.log.chunks():  # later records win; 0: not due (re-queued)
             self.map.put_many(keys_of(rec), rec["due"])
+        self.waiting = len(self.map.items_arrays(1)[1])  # pages waiting for their time
 
     def set(self, key: bytes, due: float) -> None:
         """``key`` is due at ``due`` (time.time()); ``write`` logs it."""
         ms = max(1, math.ceil(due * 1000))  # never early
+        if self.map.get(key, 0) <= 0:
+            self.waiting += 1
         self.map[key] = ms
         self.log.stage([(key, ms)])
 
@@ -88,13 +91,13 @@ class DueTimes:
         """Up to ``limit`` keys due at ``now``, earliest first, due no more in memory.
         Nothing is logged: after a restart a taken key is due again until a new fetch
         logs a new time, and a scan only re-queues keys that are done in MainDB."""
-        keys, due = self.map.items_arrays()
-        ready = np.flatnonzero((due > 0) & (due <= now * 1000))
-        if not len(ready):
+        keys, due = self.map.items_arrays(1, int(now * 1000))  # memory: the due ones
+        if not len(due):
             return []
-        ready = ready[np.argsort(due[ready], kind="stable")[:limit]]
+        ready = np.argsort(due, kind="stable")[:limit]
         out = [keys[i].tobytes() for i in ready.tolist()]
         self.map.put_many(keys_array(out), np.zeros(len(out), dtype=np.int64))
+        self.waiting -= len(out)
         return out
 
     def collect(
@@ -128,17 +131,6 @@ class DueTimes:
                 continue  # the engine's own encoding: cannot happen, and costs a revisit
             if page.revisit_interval > 0:
                 self.set(k, page.fetched_at + page.revisit_interval)
-
-    def next_due(self) -> float | None:
-        """The earliest due time (time.time()), or None: nothing is waiting."""
-        _, due = self.map.items_arrays()
-        due = due[due > 0]
-        return float(due.min()) / 1000 if len(due) else None
-
-    def waiting(self) -> int:
-        """Pages waiting for their due time."""
-        _, due = self.map.items_arrays()
-        return int(np.count_nonzero(due > 0))
 
     def write(self) -> None:
         """Append this commit's records and flush them to the OS (raises OSError)."""

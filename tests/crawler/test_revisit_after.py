@@ -112,7 +112,7 @@ def test_unchanged_pages_come_back_later_and_changed_ones_sooner(
     assert home.revisit_interval == changing(len(hits)) and home.revisit == ""
     snap = status_json(tmp_path)
     assert snap["revisits"] >= sum(len(t) - 1 for t in pages.values()) + len(hits) - 1
-    assert snap["revisits_waiting"] >= 1 and snap["next_revisit"] > snap["time"] - 1
+    assert 1 <= snap["revisits_waiting"] <= len(recs)
 
 
 def test_a_killed_revisiting_crawl_resumes_on_time(make_testweb: MakeWeb, tmp_path: Path) -> None:

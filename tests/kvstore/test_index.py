@@ -231,6 +231,12 @@ class TestKeyIntMap:
         assert keys.dtype == np.uint8 and values.dtype == np.int64
         got = {keys[j].tobytes(): int(values[j]) for j in range(len(keys))}
         assert got == {k(i): i * 7 for i in range(1, 5000, 2)}
+        for lo, hi in ((None, 700), (700, None), (700, 1400), (10**9, None)):
+            keys, values = m.items_arrays(lo, hi)
+            got = {keys[j].tobytes(): int(values[j]) for j in range(len(keys))}
+            assert got == {k(i): i * 7 for i in range(1, 5000, 2) if i != 1
+                           and (lo is None or i * 7 >= lo) and (hi is None or i * 7 <= hi)
+                           } | ({k(1): 1} if (lo is None) else {})
 
     @pytest.mark.parametrize("width", [0, 9, 2.0])
     def test_bad_width(self, width: object) -> None:
