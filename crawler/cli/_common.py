@@ -7,6 +7,17 @@ import logging
 import os
 import sys
 
+from ..exceptions import CrawlerError
+from ..state.recrawl import parse_age
+
+
+def age(value: str) -> float:
+    """argparse's type for an age: 90s, 30m, 12h, 7d, 2w (recrawl, --revisit-after)."""
+    try:
+        return parse_age(value)
+    except CrawlerError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
 
 def size(value: str) -> int:
     """BYTES, with an optional K, M or G suffix (powers of 1024)."""

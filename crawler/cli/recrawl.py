@@ -4,23 +4,12 @@ again, each with a conditional GET (If-None-Match, If-Modified-Since) from its r
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import shlex
 from typing import Any
 
-from ..exceptions import CrawlerError, DataDirError
-from ..state.recrawl import RecrawlSelection, parse_age, recrawl
-from ..state.shards import read_count
-from ._common import log_to_stderr
-from .retry import _count, _statuses, _supervisor_lock
-
-
-def _age(value: str) -> float:
-    try:
-        return parse_age(value)
-    except CrawlerError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from ..state.recrawl import RecrawlSelection, recrawl
+from ._common import age
+from .retry import _statuses, locked_requeue, plural, print_counts
 
 
 def add_parsers(sub: Any) -> None:
@@ -36,7 +25,7 @@ def add_parsers(sub: Any) -> None:
         epilog="example: python -m crawler recrawl crawl1 --older-than 7d --host h0.test",
     )
     p.add_argument("data", metavar="DIR", help="crawl data directory (the crawl stopped)")
-    p.add_argument("--older-than", type=_age, required=True, metavar="AGE",
+    p.add_argument("--older-than", type=age, required=True, metavar="AGE",
                    help="pages fetched at least this long ago: 90s, 30m, 12h, 7d, 2w (0: all)")
     p.add_argument("--host", action="append", default=[], metavar="HOST",
                    help="only this host's pages (repeatable)")
@@ -47,29 +36,17 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_recrawl(args: argparse.Namespace) -> int:
-    log_to_stderr(logging.WARNING)
     data = args.data
-    if not os.path.isdir(data):
-        raise DataDirError(f"{data}: no such crawl directory")
-    count = read_count(data)
-    if count is None:
-        raise DataDirError(f"{data}: not a crawl directory (it has no main/)")
     selection = RecrawlSelection(args.older_than, tuple(args.host), tuple(args.status))
-    lock = _supervisor_lock(data) if count > 1 and not args.dry_run else None
-    try:
-        report = recrawl(data, selection, dry_run=args.dry_run)
-    finally:
-        if lock is not None:
-            os.close(lock)
+    report = locked_requeue(data, args.dry_run,
+                            lambda: recrawl(data, selection, dry_run=args.dry_run))
     if not report.requeued:
         print(f"recrawl {data}: no pages to re-queue")
         return 0
     verb = "would re-queue" if args.dry_run else "re-queued"
     shards = f" in {report.shards} shards" if report.shards > 1 else ""
-    print(f"recrawl {data}: {verb} {_count(report.requeued, 'page')}{shards}")
-    width = max(len(k) for k in report.counts)
-    for key, n in sorted(report.counts.items(), key=lambda item: (-item[1], item[0])):
-        print(f"  {key:<{width}}  {n}")
+    print(f"recrawl {data}: {verb} {plural(report.requeued, 'page')}{shards}")
+    print_counts(report.counts)
     if not args.dry_run:
         print(f"resume: python -m crawler start --data {shlex.quote(data)}")
     return 0

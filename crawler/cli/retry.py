@@ -10,7 +10,8 @@ import argparse
 import logging
 import os
 import shlex
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..exceptions import CrawlerError, DataDirError
 from ..run.hints import REASONS, explain, resume_flags
@@ -87,42 +88,57 @@ def _supervisor_lock(data_dir: str) -> int:
                                "and run retry again")
 
 
-def _count(n: int, noun: str) -> str:
+R = TypeVar("R")
+
+
+def plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
-def cmd_retry(args: argparse.Namespace) -> int:
+def locked_requeue(data: str, dry_run: bool, run: Callable[[], R]) -> R:
+    """``run()`` (a requeue of the crawl in ``data``) after the directory's checks, under
+    a sharded crawl's supervisor lock unless ``dry_run``: retry's and recrawl's start."""
     log_to_stderr(logging.WARNING)
-    data = args.data
     if not os.path.isdir(data):
         raise DataDirError(f"{data}: no such crawl directory")
     count = read_count(data)
     if count is None:
         raise DataDirError(f"{data}: not a crawl directory (it has no main/)")
-    selection = Selection(tuple(args.reason), tuple(args.status))
-    lock = _supervisor_lock(data) if count > 1 and not args.dry_run else None
+    lock = _supervisor_lock(data) if count > 1 and not dry_run else None
     try:
-        report = requeue(data, selection, dry_run=args.dry_run)
+        return run()
     finally:
         if lock is not None:
             os.close(lock)
+
+
+def print_counts(counts: dict[str, int]) -> None:
+    """A requeue's records by outcome, most first."""
+    width = max(len(k) for k in counts)
+    for key, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        print(f"  {key:<{width}}  {n}")
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    data = args.data
+    selection = Selection(tuple(args.reason), tuple(args.status))
+    report = locked_requeue(data, args.dry_run,
+                            lambda: requeue(data, selection, dry_run=args.dry_run))
     what = "failure" if selection.everything_failed else "record"
     if not report.requeued:
         print(f"retry {data}: no {what}s to re-queue")
         return 0
     verb = "would re-queue" if args.dry_run else "re-queued"
-    hosts = f", {_count(report.hosts_cleared, 'bad host')} " + (
+    hosts = f", {plural(report.hosts_cleared, 'bad host')} " + (
         "to clear" if args.dry_run else "cleared")
     if report.robots_cleared:
-        hosts += f", {_count(report.robots_cleared, 'kept robots.txt answer')} " + (
+        hosts += f", {plural(report.robots_cleared, 'kept robots.txt answer')} " + (
             "to forget" if args.dry_run else "forgotten")
     shards = f" in {report.shards} shards" if report.shards > 1 else ""
-    print(f"retry {data}: {verb} {_count(report.requeued, what)}{shards}{hosts}")
-    width = max(len(k) for k in report.counts)
-    for key, n in sorted(report.counts.items(), key=lambda item: (-item[1], item[0])):
-        print(f"  {key:<{width}}  {n}")
+    print(f"retry {data}: {verb} {plural(report.requeued, what)}{shards}{hosts}")
+    print_counts(report.counts)
     if report.damaged:
-        print(f"  ({_count(report.damaged, 'damaged record')} left alone: "
+        print(f"  ({plural(report.damaged, 'damaged record')} left alone: "
               "python -m kvstore verify names them)")
     if args.dry_run:
         return 0

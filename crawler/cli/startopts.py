@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import config as cfgmod
-from ..exceptions import CrawlerError
-from ..state.recrawl import parse_age
-from ._common import size
+from ._common import age, size
 
 
 def nameserver(value: str) -> str:
@@ -56,13 +54,6 @@ def sitemap_mode(value: str) -> str:
             f"not a sitemap mode: {value!r} (give {', '.join(cfgmod.SITEMAP_MODES)})"
         )
     return value
-
-
-def age(value: str) -> float:
-    try:
-        return parse_age(value)
-    except CrawlerError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("bad age ")) from None
 
 
 def seconds(value: str) -> float:
