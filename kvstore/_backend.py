@@ -14,7 +14,8 @@ methods. The batch paths keep their numpy orchestration in Python (hash,
 group by segment, rebuild decisions) and call C for the loops that numpy
 could only run in rounds: ``_lookup_into`` (``contains_many``,
 ``lookup_many``), ``_insert_segment`` (``put_many`` and the index build on
-open), ``_last_of_each`` (dropping duplicate keys) and ``_hash_keys``.
+open), ``_group_batch`` (a batch's keys grouped by segment, repeats dropped)
+and ``_hash_keys``.
 
 There are two sets of those bases with the same names and fields:
 ``kvstore._speedups`` (C) and ``kvstore._fallback`` (Python). The Python
@@ -54,7 +55,7 @@ from . import _fallback
 
 log = logging.getLogger(__name__)
 
-API_VERSION = 2  # must equal _speedups.API_VERSION
+API_VERSION = 3  # must equal _speedups.API_VERSION
 # Constants both implementations must agree on.
 _SHARED = (
     "KEY_SIZE",

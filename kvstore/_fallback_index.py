@@ -100,18 +100,40 @@ class IndexBase:
         out[:] = v
 
     @staticmethod
-    def _last_of_each(keys: np.ndarray, out: np.ndarray) -> int:
-        """Write the ascending positions of each key's last occurrence to ``out``; return
-        how many there are (``len(keys)`` when no key repeats)."""
+    def _group_batch(
+        keys: np.ndarray,
+        values: np.ndarray,
+        gkeys: np.ndarray,
+        ghash: np.ndarray,
+        gvals: np.ndarray,
+        counts: np.ndarray,
+    ) -> int:
+        """A batch made ready for ``_insert_segment``: the last occurrence of each key
+        (key, hash, value), segment by segment and in batch order within a segment, at
+        the front of ``gkeys``/``ghash``/``gvals``; ``counts[s]`` = the keys of segment
+        ``s``. Returns how many keys are kept. ``keys`` is (n, 16) uint8 and ``values``
+        int64, either of them strided by rows (the KEY records of an open)."""
+        keys = np.ascontiguousarray(keys)
+        values = np.ascontiguousarray(values, dtype=np.int64)
+        n = len(keys)
         kw = keys.view(_U64).reshape(-1, 2)
-        n = len(kw)
         order = np.lexsort((np.arange(n), kw[:, 1], kw[:, 0]))  # by key, then position
         sk = kw[order]
         last = np.ones(n, dtype=bool)
         last[:-1] = (sk[1:, 0] != sk[:-1, 0]) | (sk[1:, 1] != sk[:-1, 1])
         keep = np.sort(order[last])
-        out[: len(keep)] = keep
-        return len(keep)
+        del order, sk, last
+        kept = keys[keep]
+        h = np.empty(len(keep), dtype=np.uint64)
+        IndexBase._hash_keys(kept, h)
+        segid = (h >> np.uint64(_SEG_SHIFT)).astype(np.uint8)
+        by_seg = np.argsort(segid, kind="stable")  # uint8 keys: a linear-time radix sort
+        m = len(keep)
+        gkeys[:m] = kept[by_seg]
+        ghash[:m] = h[by_seg]
+        gvals[:m] = values[keep[by_seg]]
+        counts[:] = np.bincount(segid, minlength=NUM_SEGMENTS)
+        return m
 
     # -- single keys -----------------------------------------------------------
 

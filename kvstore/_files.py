@@ -154,8 +154,10 @@ class Loaded:
 
     def chunks(self) -> Iterator[np.ndarray]:
         """The kept KEY records in file order, at most ``chunk_records`` at a time,
-        read from the file again; none is held here once the caller drops it."""
-        for _, recs in iter_key_records(self.files.key_fd, 0, self.records, self.chunk_records):
+        read from the file again into one buffer: a chunk is valid only until the
+        next one is read (so its pages are faulted in once, not once a chunk)."""
+        key_fd = self.files.key_fd
+        for _, recs in iter_key_records(key_fd, 0, self.records, self.chunk_records, reuse=True):
             yield recs
             del recs  # before the next read: one chunk alive at a time
 

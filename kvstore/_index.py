@@ -60,7 +60,6 @@ from ._fallback_index import (
     NUM_SEGMENTS,
     SMALL_BATCH,
     decode_values,
-    group_by_segment,
 )
 
 __all__ = ["KEY_SIZE", "NUM_SEGMENTS", "HashIndex", "as_key_array", "hash_key", "next_prime"]
@@ -205,29 +204,31 @@ class HashIndex(IndexBase):
 
     def set_many(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Insert/overwrite a batch in order (later duplicates win); a value of -1 deletes.
+        ``keys`` is (n, 16) uint8, its rows may be strided (``_format.record_key_rows``).
 
         Caller holds the lock.
         """
         n = len(keys)
         if n == 0:
             return
-        keys = np.ascontiguousarray(keys)
-        values = np.ascontiguousarray(values, dtype=np.int64)
+        values = np.asarray(values, dtype=np.int64)
         if n < SMALL_BATCH:
-            self._set_each(keys, values)
+            self._set_each(np.ascontiguousarray(keys), np.ascontiguousarray(values))
             return
-        keep = np.empty(n, dtype=np.int64)
-        m = self._last_of_each(keys, keep)
-        if m < n:
-            keys, values = keys[keep[:m]], values[keep[:m]]
-        del keep
-        h = self.hashes(keys)
-        segid = (h >> np.uint64(_SEG_SHIFT)).astype(np.uint8)
-        for s, idx in group_by_segment(segid):
+        gkeys = np.empty((n, KEY_SIZE), dtype=np.uint8)
+        ghash = np.empty(n, dtype=np.uint64)
+        gvals = np.empty(n, dtype=np.int64)
+        counts = np.zeros(NUM_SEGMENTS, dtype=np.int64)
+        self._group_batch(keys, values, gkeys, ghash, gvals, counts)
+        end = 0
+        for s, count in enumerate(counts.tolist()):
+            start, end = end, end + count
+            if not count:
+                continue
             seg = self._segs[s]
-            if seg.live + seg.deleted + len(idx) > MAX_LOAD * seg.cap:
-                seg = self._grow(s, seg.live + len(idx))
-            self._insert_segment(seg, np.take(keys, idx, axis=0), h[idx], values[idx])
+            if seg.live + seg.deleted + count > MAX_LOAD * seg.cap:
+                seg = self._grow(s, seg.live + count)
+            self._insert_segment(seg, gkeys[start:end], ghash[start:end], gvals[start:end])
             # Shrink only a segment that deletions emptied, never one still filling up.
             if seg.deleted and seg.live < MIN_LOAD * seg.cap and seg.cap > MIN_SEGMENT_CAPACITY:
                 self._rebuild(s, seg.live)

@@ -78,7 +78,7 @@ def load(
     key_size = loaded.key_end
     index = HashIndex(OFFSET_WIDTH, capacity=max(capacity, loaded.records))
     for chunk in loaded.chunks():
-        index.set_many(fmt.record_keys(chunk), chunk["off"])
+        index.set_many(fmt.record_key_rows(chunk), chunk["off"])
         del chunk  # freed before the next chunk is read
     index.fit(min_keys=capacity)
     del loaded

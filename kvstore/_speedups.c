@@ -40,7 +40,7 @@
 #include <zlib.h>
 
 /* Bump when a change here must not run with an older _fallback.py. */
-#define API_VERSION 2
+#define API_VERSION 3
 
 #define KEY_SIZE 16
 #define NUM_SEGMENTS 16
@@ -1093,41 +1093,93 @@ Index_hash_keys(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
     return res;
 }
 
-/* _fallback.IndexBase._last_of_each, with a scratch hash table instead of a sort.
- * Each entry keeps 32 more bits of the hash, so that a key is compared only with
- * keys that probably equal it; table slots are prefetched AHEAD keys early. */
-static PyObject *
-Index_last_of_each(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+/* A read-only buffer of n rows: (n, 16) uint8 keys (`row` 16) or n int64 values (`row`
+ * 8), contiguous or strided by rows (the KEY records of an open). */
+static int
+get_rows(PyObject *obj, Py_buffer *view, Py_ssize_t row, const char *what)
 {
-    Py_buffer kb, ob;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "_last_of_each(keys, out)");
+    if (PyObject_GetBuffer(obj, view, PyBUF_STRIDES) < 0)
+        return -1;
+    int ok = row == KEY_SIZE ? view->ndim == 2 && view->itemsize == 1 &&
+                                   view->shape[1] == KEY_SIZE && view->strides[1] == 1
+                             : view->ndim == 1 && view->itemsize == row;
+    if (ok && view->shape[0] > 1)
+        ok = view->strides[0] >= row;
+    if (!ok) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s: expected rows of %zd bytes", what, row);
+        return -1;
+    }
+    return 0;
+}
+
+/* _fallback.IndexBase._group_batch, in three passes over the batch instead of sorts:
+ * count the keys of each segment, copy each key, hash and value to its segment's
+ * block (in batch order), then drop the earlier occurrences of a repeated key inside
+ * each block with a scratch hash table sized for that block (so it stays in cache).
+ * A table entry keeps 32 more bits of the hash, so a key is compared only with keys
+ * that probably equal it. The blocks are then closed up at the front. */
+static PyObject *
+Index_group_batch(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer kb, vb, gk, gh, gv, cb;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_group_batch(keys, values, gkeys, ghash, gvals, counts)");
         return NULL;
     }
-    if (get_buffer(args[0], &kb, 0, 1, "keys") < 0)
+    if (get_rows(args[0], &kb, KEY_SIZE, "keys") < 0)
         return NULL;
-    if (get_buffer(args[1], &ob, 1, 8, "out") < 0) {
+    if (get_rows(args[1], &vb, 8, "values") < 0) {
         PyBuffer_Release(&kb);
         return NULL;
     }
+    int got = 0;
+    Py_buffer *outs[4] = {&gk, &gh, &gv, &cb};
+    static const Py_ssize_t sizes[4] = {1, 8, 8, 8};
+    static const char *names[4] = {"gkeys", "ghash", "gvals", "counts"};
+    for (; got < 4; got++)
+        if (get_buffer(args[2 + got], outs[got], 1, sizes[got], names[got]) < 0)
+            break;
     typedef struct {
         int32_t at; /* -1: free */
         uint32_t tag;
     } Entry;
     PyObject *res = NULL;
-    Py_ssize_t n = kb.len / KEY_SIZE, size = 16, m = 0;
     Entry *table = NULL;
     unsigned char *dropped = NULL;
-    uint64_t ring[AHEAD];
-    if (kb.len % KEY_SIZE || ob.len < n * 8) {
-        PyErr_SetString(PyExc_ValueError, "_last_of_each: out is shorter than keys");
+    if (got < 4)
+        goto done;
+    Py_ssize_t n = kb.shape[0], ks = kb.strides[0], vs = vb.strides[0];
+    if (vb.shape[0] != n || gk.len < n * KEY_SIZE || gh.len < n * 8 || gv.len < n * 8 ||
+        cb.len != NUM_SEGMENTS * 8) {
+        PyErr_SetString(PyExc_ValueError, "_group_batch: the arrays differ in length");
         goto done;
     }
     if (n > INT32_MAX / 2) {
-        PyErr_SetString(PyExc_OverflowError, "_last_of_each: batch too large");
+        PyErr_SetString(PyExc_OverflowError, "_group_batch: batch too large");
         goto done;
     }
-    while (size < 2 * n)
+    const char *kp = kb.buf, *vp = vb.buf;
+    unsigned char *ok = gk.buf;
+    char *oh = gh.buf, *ov = gv.buf;
+    Py_ssize_t count[NUM_SEGMENTS] = {0}, start[NUM_SEGMENTS], fill[NUM_SEGMENTS], most = 0;
+    for (Py_ssize_t j = 0; j < n; j++)
+        count[hash_key((const unsigned char *)kp + j * ks) >> SEG_SHIFT]++;
+    for (Py_ssize_t s = 0, at = 0; s < NUM_SEGMENTS; at += count[s], s++) {
+        start[s] = fill[s] = at;
+        most = count[s] > most ? count[s] : most;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const unsigned char *key = (const unsigned char *)kp + j * ks;
+        uint64_t h = hash_key(key);
+        Py_ssize_t p = fill[h >> SEG_SHIFT]++;
+        memcpy(ok + p * KEY_SIZE, key, KEY_SIZE);
+        memcpy(oh + p * 8, &h, 8);
+        memcpy(ov + p * 8, vp + j * vs, 8);
+    }
+    Py_ssize_t size = 16;
+    while (size < 2 * most)
         size *= 2;
     table = PyMem_New(Entry, size);
     dropped = PyMem_Calloc(n ? (size_t)n : 1, 1);
@@ -1135,47 +1187,58 @@ Index_last_of_each(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
-    memset(table, 0xFF, (size_t)size * sizeof *table);
-    const unsigned char *keys = kb.buf;
-    size_t mask = (size_t)size - 1;
-    for (Py_ssize_t j = 0; j < n + AHEAD; j++) {
-        Py_ssize_t q = j - AHEAD;
-        if (q >= 0) {
-            const unsigned char *key = keys + q * KEY_SIZE;
-            uint64_t h = ring[q % AHEAD];
-            uint32_t tag = (uint32_t)(h >> 32);
-            for (size_t p = (size_t)h & mask;; p = (p + 1) & mask) {
-                Entry *e = &table[p];
+    Py_ssize_t m = 0;
+    for (int s = 0; s < NUM_SEGMENTS; s++) {
+        Py_ssize_t a = start[s], c = count[s], kept = 0, sz = 16;
+        while (sz < 2 * c)
+            sz *= 2;
+        size_t mask = (size_t)sz - 1;
+        memset(table, 0xFF, (size_t)sz * sizeof *table);
+        for (Py_ssize_t p = a; p < a + c; p++) {
+            uint64_t h, ha;
+            memcpy(&h, oh + p * 8, 8);
+            if (p + AHEAD < a + c) {
+                memcpy(&ha, oh + (p + AHEAD) * 8, 8);
+                PREFETCH(&table[ha & mask]);
+            }
+            uint32_t tag = (uint32_t)(h >> 24);
+            for (size_t t = (size_t)h & mask;; t = (t + 1) & mask) {
+                Entry *e = &table[t];
                 if (e->at < 0) {
-                    e->at = (int32_t)q;
+                    e->at = (int32_t)p;
                     e->tag = tag;
                     break;
                 }
-                if (e->tag == tag && memcmp(keys + (Py_ssize_t)e->at * KEY_SIZE, key, KEY_SIZE) == 0) {
-                    dropped[e->at] = 1; /* a later record of the key wins */
-                    e->at = (int32_t)q;
+                if (e->tag == tag &&
+                    memcmp(ok + (Py_ssize_t)e->at * KEY_SIZE, ok + p * KEY_SIZE, KEY_SIZE) == 0) {
+                    dropped[e->at] = 1; /* a later occurrence of the key wins */
+                    e->at = (int32_t)p;
                     break;
                 }
             }
         }
-        if (j < n) {
-            ring[j % AHEAD] = hash_key(keys + j * KEY_SIZE);
-            PREFETCH(&table[ring[j % AHEAD] & mask]);
-        }
-    }
-    for (Py_ssize_t j = 0; j < n; j++) {
-        if (!dropped[j]) {
-            int64_t jj = j;
-            memcpy((char *)ob.buf + m * 8, &jj, 8);
+        for (Py_ssize_t p = a; p < a + c; p++) {
+            if (dropped[p])
+                continue;
+            if (m != p) { /* m < p: distinct rows, no overlap */
+                memcpy(ok + m * KEY_SIZE, ok + p * KEY_SIZE, KEY_SIZE);
+                memcpy(oh + m * 8, oh + p * 8, 8);
+                memcpy(ov + m * 8, ov + p * 8, 8);
+            }
             m++;
+            kept++;
         }
+        int64_t kk = kept;
+        memcpy((char *)cb.buf + s * 8, &kk, 8);
     }
     res = PyLong_FromSsize_t(m);
 done:
     PyMem_Free(table);
     PyMem_Free(dropped);
     PyBuffer_Release(&kb);
-    PyBuffer_Release(&ob);
+    PyBuffer_Release(&vb);
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(outs[i]);
     return res;
 }
 
@@ -1196,7 +1259,7 @@ static PyMethodDef Index_methods[] = {
     {"_rehash", (PyCFunction)(void (*)(void))Index_rehash, METH_FASTCALL, NULL},
     {"_hash_keys", (PyCFunction)(void (*)(void))Index_hash_keys, METH_FASTCALL | METH_STATIC,
      NULL},
-    {"_last_of_each", (PyCFunction)(void (*)(void))Index_last_of_each,
+    {"_group_batch", (PyCFunction)(void (*)(void))Index_group_batch,
      METH_FASTCALL | METH_STATIC, NULL},
     {NULL}};
 

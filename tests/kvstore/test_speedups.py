@@ -41,6 +41,7 @@ from hypothesis.stateful import (
 
 import kvstore
 from kvstore import _backend, _fallback
+from kvstore import _format as fmt
 from kvstore._index import HashIndex, _Segment
 from kvstore._keysets import KeyIntMap, KeySet
 from kvstore._store import Store
@@ -386,24 +387,50 @@ class TestIndexTwins:
         top = width - 1
         assert seg_c.live == int(np.count_nonzero(seg_c.vals[:, top] < 0xFE))
 
-    @given(seed=st.integers(0, 2**32), n=st.integers(0, 3000), pool=st.sampled_from([5, 300, 4000]))
-    @settings(max_examples=40, deadline=None)
-    def test_last_of_each_and_hashes(self, seed: int, n: int, pool: int) -> None:
+    @given(
+        seed=st.integers(0, 2**32),
+        n=st.integers(0, 3000),
+        pool=st.sampled_from([5, 300, 4000]),
+        strided=st.booleans(),
+    )
+    @settings(max_examples=60, deadline=None)
+    def test_group_batch_and_hashes(self, seed: int, n: int, pool: int, strided: bool) -> None:
+        """The same groups, in the same order, from the C passes as from the sorts; as
+        contiguous arrays and as strided views of KEY records (what an open passes)."""
         require_c()
         rng = np.random.default_rng(seed)
         keys = POOL_ARR[rng.integers(0, pool, n)]
-        out_c, out_py = np.full(n, -7, dtype=np.int64), np.full(n, -7, dtype=np.int64)
-        m_c = HashIndex._last_of_each(keys, out_c)
-        m_py = PyHashIndex._last_of_each(keys, out_py)
-        assert m_c == m_py == len({k.tobytes() for k in keys})
-        assert out_c[:m_c].tolist() == out_py[:m_py].tolist()
+        values = rng.integers(-1, 2**40, n)
+        if strided:
+            recs = np.empty(n, dtype=fmt.KEY_RECORD_DTYPE)
+            recs["key"] = keys.view("V16").reshape(-1)
+            recs["off"] = values
+            keys, values = fmt.record_key_rows(recs), recs["off"]
+            assert not keys.flags.c_contiguous or n < 2
+        outs = []
+        for impl in (HashIndex, PyHashIndex):
+            gk = np.full((n, 16), 7, dtype=np.uint8)
+            gh = np.full(n, 7, dtype=np.uint64)
+            gv = np.full(n, -7, dtype=np.int64)
+            counts = np.full(16, -7, dtype=np.int64)
+            m = impl._group_batch(keys, values, gk, gh, gv, counts)
+            outs.append((m, gk[:m].tobytes(), gh[:m].tolist(), gv[:m].tolist(), counts.tolist()))
+        assert outs[0] == outs[1]
+        m, gk_bytes, gh_list, gv_list, counts_list = outs[0]
+        last = {k.tobytes(): int(v) for k, v in zip(keys, values, strict=True)}
+        assert m == len(last) == sum(counts_list)
+        got = [gk_bytes[j * 16 : j * 16 + 16] for j in range(m)]
+        assert dict(zip(got, gv_list, strict=True)) == last  # the last value of each key
+        assert [h >> 60 for h in gh_list] == sorted(h >> 60 for h in gh_list)
         h_c, h_py = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint64)
-        HashIndex._hash_keys(keys, h_c)
-        PyHashIndex._hash_keys(keys, h_py)
+        contiguous = np.ascontiguousarray(keys)
+        HashIndex._hash_keys(contiguous, h_c)
+        PyHashIndex._hash_keys(contiguous, h_py)
         assert h_c.tolist() == h_py.tolist()
         from kvstore._index import hash_key
 
-        assert h_c[:50].tolist() == [hash_key(k.tobytes()) for k in keys[:50]]
+        assert h_c[:50].tolist() == [hash_key(k.tobytes()) for k in contiguous[:50]]
+        assert gh_list[:50] == [hash_key(k) for k in got[:50]]
 
     def test_values_at_the_limits_of_the_width(self) -> None:
         require_c()
@@ -1014,8 +1041,13 @@ class TestCGuards:
             index._insert_segment(
                 index._segs[0], keys, np.zeros(9, np.uint64), np.zeros(10, np.int64)
             )
+        grouped = (np.empty((10, 16), np.uint8), np.empty(10, np.uint64), np.empty(10, np.int64))
         with pytest.raises(ValueError):
-            HashIndex._last_of_each(keys, np.empty(5, dtype=np.int64))
+            HashIndex._group_batch(keys, np.zeros(9, np.int64), *grouped, np.zeros(16, np.int64))
+        with pytest.raises(ValueError):
+            HashIndex._group_batch(keys, np.zeros(10, np.int64), *grouped, np.zeros(15, np.int64))
+        with pytest.raises(ValueError):
+            HashIndex._group_batch(keys[:, :8], np.zeros(10, np.int64), *grouped, np.zeros(16))
         with pytest.raises(TypeError):
             index.get("not bytes")
         assert index.get(b"short") == -1 and b"short" not in index
