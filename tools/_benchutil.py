@@ -39,9 +39,14 @@ def rss_bytes() -> int:
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident set size of this process so far, in bytes (ru_maxrss is KiB on Linux)."""
+    """Peak resident set size of this process so far, in bytes: VmHWM where /proc has it.
+    Not ``ru_maxrss`` there: Linux carries the parent's high-water mark into a child
+    across fork/vfork and exec, so a worker of a big parent would report the parent's."""
+    hwm = _vm_status(os.getpid()).get("VmHWM")
+    if hwm:
+        return hwm
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+    return peak if sys.platform == "darwin" else peak * 1024  # KiB on Linux
 
 
 def disk_usage(path: str | os.PathLike[str]) -> tuple[int, int]:

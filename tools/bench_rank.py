@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -104,11 +103,6 @@ def _dedup_per_source(src: Any, targets: Any) -> Any:
     return out
 
 
-def _hwm() -> int:
-    """The peak RSS (VmHWM) of this process, in bytes (ru_maxrss where /proc is missing)."""
-    return bu._vm_status(os.getpid()).get("VmHWM") or bu.peak_rss_bytes()
-
-
 def _reset_hwm() -> bool:
     """Reset VmHWM to the current RSS (Linux >= 4.0), so a phase's own peak can be read."""
     try:
@@ -136,12 +130,12 @@ def worker(args: argparse.Namespace) -> int:
         t1 = time.monotonic()
         graph = builder.finish()
         t2 = time.monotonic()
-        build_peak = _hwm()
+        build_peak = bu.peak_rss_bytes()
         disk, _ = bu.disk_usage(work)
         reset = _reset_hwm()
         result = pagerank(graph, tol=1e-300, max_iter=args.iterations, chunk=args.chunk)
         t3 = time.monotonic()
-        iterate_peak = _hwm() if reset else None
+        iterate_peak = bu.peak_rss_bytes() if reset else None
         write_order(graph, args.chunk)
         order_s = time.monotonic() - t3
         rank_sum = sum(float(graph.read("rank.f8", np.float64, b).sum())
