@@ -69,6 +69,7 @@ GROWTH = 1.3
 BATCH_GROWTH = 1.04
 M64 = 0xFFFF_FFFF_FFFF_FFFF
 _SEG_SHIFT = 60
+_STATS_CHUNK = 1 << 16  # keys probed at once by stats()
 
 
 def _is_prime(n: int) -> bool:
@@ -307,11 +308,14 @@ class HashIndex(IndexBase):
         cap = sum(s.cap for s in self._segs)
         live = len(self)
         deleted = sum(s.deleted for s in self._segs)
-        mean_probe = 0.0
-        if live:
-            keys, _ = self.items_arrays()
-            _, probes = self.lookup_many(keys, count_probes=True)
-            mean_probe = float(probes.mean())
+        probes = 0
+        top = self.width - 1
+        for seg in list(self._segs):  # a segment at a time: memory is not a copy of the index
+            slots = np.flatnonzero(seg.vals[:, top] < 0xFE)
+            for j in range(0, len(slots), _STATS_CHUNK):
+                keys = seg.keys[slots[j : j + _STATS_CHUNK]]
+                probes += int(self.lookup_many(keys, count_probes=True)[1].sum())
+        mean_probe = probes / live if live else 0.0
         return {
             "capacity": cap,
             "live": live,

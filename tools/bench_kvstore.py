@@ -505,10 +505,11 @@ def run_worker(store: str, op: str, n: int, path: str, seed: int, batch: int) ->
         driver.probe(ABSENT_PROBE)
         dt = time.perf_counter() - t0
         rss_after = bu.rss_bytes()
+        peak = bu.peak_rss_bytes()  # before records() and extra(), which call stats()
         count = driver.records()
         _check(driver.count() == n, f"open sees {driver.count()} keys, expected {n}")
         rec.update(rss_after=rss_after, rss_per_key_net=(rss_after - rss_base) / n,
-                   rss_per_key=rss_after / n, peak_per_key_net=(bu.peak_rss_bytes() - rss_base) / n,
+                   rss_per_key=rss_after / n, peak_per_key_net=(peak - rss_base) / n,
                    **driver.extra())
         driver.close()
     else:

@@ -214,3 +214,25 @@ def test_lookups_read_nothing_from_disk_and_get_does(
         assert b[0] - a[0] > baseline[0] or mapped_rss_kib(val_file) > rss_before + 100, (
             "get read nothing: the measurements cannot see a disk read"
         )
+
+
+def test_stats_measures_the_probes_in_bounded_memory() -> None:
+    """stats() probes every live key for the mean probe length, a segment (and at
+    most 65,536 keys) at a time: its peak is a few MB whatever the size of the
+    index (a copy of every key and its probe count would be ~40 B a key: 12 MB
+    here, 400 MB at 10M keys)."""
+    n = 300_000
+    keys = random_keys(n)
+    m = kvstore.KeyIntMap(capacity=n)
+    m.put_many(keys, np.arange(n))
+    tracemalloc.start()
+    try:
+        st = m.index_stats()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 1 <= st["mean_probe_length"] < 2, st
+    assert peak < 5 << 20, f"stats() peaked at {peak / 2**20:.1f} MB for {n} keys"
+    # The same mean as one pass over all the keys at once.
+    _, probes = m._index.lookup_many(keys, count_probes=True)
+    assert st["mean_probe_length"] == pytest.approx(float(probes.mean()), rel=1e-12)
