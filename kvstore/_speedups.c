@@ -760,15 +760,7 @@ done:
  * segments' pointers are taken once. The walks of AHEAD keys are interleaved: each
  * step examines one key's current slot (prefetched when the key started or last moved
  * on) and, if its probe goes on, prefetches the next slot and turns to the next key,
- * so that the loads of every probe, not only the first, overlap in memory.
- *
- * A slot's key is read before its value, and the value only when the key says it
- * matters, because a slot EMPTY since its segment was made holds an all-zero key (no
- * slot ever becomes EMPTY again; test_speedups checks this invariant): a key that is
- * neither the one sought nor all zeros marks a slot used by another key, live or
- * deleted, and the probe goes on without the value's cache line. Otherwise the value
- * is prefetched and read on the lane's next turn. The results and probe counts are
- * those of the pure twin, which reads the value first. */
+ * so that the loads of every probe, not only the first, overlap in memory. */
 static PyObject *
 Index_lookup_into(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -798,9 +790,7 @@ Index_lookup_into(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
         const Slots *g;
         uint64_t h;
         Py_ssize_t q, i, step, visits; /* q < 0: a free lane */
-        int need_value;                /* the slot's key is the sought one or all zeros */
     } lane[LOOKUP_LANES];
-    static const unsigned char zero_key[KEY_SIZE];
     if (kb.len % KEY_SIZE || ob.len != n * 8 || (with_probes && pb.len != n * 8)) {
         PyErr_SetString(PyExc_ValueError, "_lookup_into: keys, out and probes differ in length");
         goto done;
@@ -818,29 +808,17 @@ Index_lookup_into(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (lane[r].q >= 0) {
             const Slots *g = lane[r].g;
             Py_ssize_t i = lane[r].i, q = lane[r].q;
-            const unsigned char *key = keys + q * KEY_SIZE;
-            int64_t value = -1;
-            if (!lane[r].need_value) {
-                if (++lane[r].visits > g->cap) {
-                    table_full();
-                    goto done;
-                }
-                const unsigned char *k = g->k + i * KEY_SIZE;
-                if (memcmp(k, key, KEY_SIZE) != 0 && memcmp(k, zero_key, KEY_SIZE) != 0)
-                    goto more; /* another key's slot, live or deleted */
-                if (lane[r].visits > 1) { /* the first slot's value was prefetched with it */
-                    lane[r].need_value = 1;
-                    PREFETCH(g->v + i * w);
-                    continue;
-                }
-            }
-            lane[r].need_value = 0;
             const unsigned char *v = g->v + i * w;
+            int64_t value = -1;
+            if (++lane[r].visits > g->cap) {
+                table_full();
+                goto done;
+            }
             if (v[top] >= 0xFE) {
                 if (v[0] != 0xFF)
                     goto more;
             }
-            else if (memcmp(g->k + i * KEY_SIZE, key, KEY_SIZE) == 0)
+            else if (memcmp(g->k + i * KEY_SIZE, keys + q * KEY_SIZE, KEY_SIZE) == 0)
                 value = (int64_t)load_le(v, w);
             else
                 goto more;
@@ -859,6 +837,7 @@ Index_lookup_into(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
             if (i >= g->cap)
                 i -= g->cap;
             lane[r].i = i;
+            PREFETCH(g->v + i * w);
             PREFETCH(g->k + i * KEY_SIZE);
             continue;
         }
@@ -867,7 +846,7 @@ Index_lookup_into(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
             uint64_t h = hash_key(keys + next * KEY_SIZE);
             const Slots *g = &sl[h >> SEG_SHIFT];
             Py_ssize_t i = (Py_ssize_t)mod_by(h, g->by_cap);
-            PREFETCH(g->v + i * w); /* most keys end at their first slot: its value too */
+            PREFETCH(g->v + i * w);
             PREFETCH(g->k + i * KEY_SIZE);
             lane[r].g = g;
             lane[r].h = h;
@@ -875,7 +854,6 @@ Index_lookup_into(IndexObject *self, PyObject *const *args, Py_ssize_t nargs)
             lane[r].i = i;
             lane[r].step = 0;
             lane[r].visits = 0;
-            lane[r].need_value = 0;
         }
     }
     res = Py_None;
