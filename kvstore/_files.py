@@ -159,7 +159,7 @@ class Loaded:
         key_fd = self.files.key_fd
         for _, recs in iter_key_records(key_fd, 0, self.records, self.chunk_records, reuse=True):
             yield recs
-            del recs  # before the next read: one chunk alive at a time
+            del recs  # before the next read, which overwrites it
 
 
 def load_records(

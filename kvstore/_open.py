@@ -79,7 +79,7 @@ def load(
     index = HashIndex(OFFSET_WIDTH, capacity=max(capacity, loaded.records))
     for chunk in loaded.chunks():
         index.set_many(fmt.record_key_rows(chunk), chunk["off"])
-        del chunk  # freed before the next chunk is read
+        del chunk  # dropped before the next chunk is read into the same buffer
     index.fit(min_keys=capacity)
     del loaded
     _release_freed_memory()
