@@ -177,6 +177,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"fetched {snap['fetched']} in {snap.get('elapsed', 0):.0f} s, "
             f"hosts {snap['hosts']}, bad hosts {snap['bad_hosts']}, rss {snap['rss_mb']} MB"
         )
+        if "revisits" in snap:  # start --revisit-after (docs/RETRY.md)
+            print(
+                f"  revisits (last run): {snap['revisits']} pages re-queued as due, "
+                f"{snap['revisits_waiting']} waiting for their time"
+            )
         if "rendered" in snap:  # --render-js (docs/RENDER.md)
             print(
                 f"  renders (last run): {snap['rendered']} rendered, {snap['render_failed']} "

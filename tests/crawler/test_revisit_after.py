@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -27,6 +28,7 @@ from crawl_helpers import (
     config_for,
     html_links,
     records,
+    run_cli,
     start_cli,
     status_json,
     wait_for,
@@ -113,6 +115,12 @@ def test_unchanged_pages_come_back_later_and_changed_ones_sooner(
     snap = status_json(tmp_path)
     assert snap["revisits"] >= sum(len(t) - 1 for t in pages.values()) + len(hits) - 1
     assert 1 <= snap["revisits_waiting"] <= len(recs)
+    shown = run_cli([sys.executable, "-m", "crawler", "status", str(tmp_path)])
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        f"  revisits (last run): {snap['revisits']} pages re-queued as due, "
+        f"{snap['revisits_waiting']} waiting for their time\n"
+    ) in shown.stdout
 
 
 def test_a_killed_revisiting_crawl_resumes_on_time(make_testweb: MakeWeb, tmp_path: Path) -> None:
