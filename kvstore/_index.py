@@ -180,9 +180,13 @@ class HashIndex(IndexBase):
         segs = self._segs
         lives = [s.live for s in segs]
         seg = segs[self._rng.choices(range(len(segs)), weights=lives)[0]]
-        slots = np.flatnonzero(seg.vals[:, self.width - 1] < 0xFE)
+        slots = self._live_slots(seg)
         i = int(slots[self._rng.randrange(len(slots))])
         return bytes(seg.kmv[i * 16 : i * 16 + 16])
+
+    def _live_slots(self, seg: _Segment) -> np.ndarray:
+        """The slot numbers of a segment's live entries (a value's top byte below 0xFE)."""
+        return np.flatnonzero(seg.vals[:, self.width - 1] < 0xFE)
 
     # -- batch paths (vectorized per segment) --------------------------------
 
@@ -280,9 +284,8 @@ class HashIndex(IndexBase):
         those with ``lo <= value <= hi``: filtered a segment at a time, so memory is
         one segment's values plus what is returned."""
         ks, vs = [], []
-        top = self.width - 1
         for seg in list(self._segs):
-            live = np.flatnonzero(seg.vals[:, top] < 0xFE)
+            live = self._live_slots(seg)
             vals = decode_values(seg.vals[live])
             if lo is not None or hi is not None:
                 keep = np.ones(len(vals), dtype=bool)
@@ -309,9 +312,8 @@ class HashIndex(IndexBase):
         live = len(self)
         deleted = sum(s.deleted for s in self._segs)
         probes = 0
-        top = self.width - 1
         for seg in list(self._segs):  # a segment at a time: memory is not a copy of the index
-            slots = np.flatnonzero(seg.vals[:, top] < 0xFE)
+            slots = self._live_slots(seg)
             for j in range(0, len(slots), _STATS_CHUNK):
                 keys = seg.keys[slots[j : j + _STATS_CHUNK]]
                 probes += int(self.lookup_many(keys, count_probes=True)[1].sum())
