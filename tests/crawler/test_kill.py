@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import random
 import signal
@@ -48,13 +47,20 @@ KILLS = 10
 
 @dataclass
 class Run:
-    spawned: float  # time.time() before the process was started: no request of it is older
+    agent: str  # the User-Agent this run sends: it names the run in the request log
     killed: float | None = None  # the kill instant; None for the final run
 
 
+def run_agent(n: int) -> str:
+    return f"kvcrawl-killtest/run{n}"
+
+
 def run_of(runs: list[Run], req: Request) -> int:
-    """The run a request belongs to: the last one spawned before it started."""
-    return bisect.bisect_right([r.spawned for r in runs], req.start) - 1
+    """The run that sent a request, by its User-Agent. Not by time: a request a killed
+    run wrote to its socket can be read by the server after the next run started."""
+    agents = [r.agent for r in runs]
+    assert req.agent in agents, ("a request from no run of this test", req)
+    return agents.index(req.agent)
 
 
 @pytest.mark.slow
@@ -65,14 +71,14 @@ def test_kill9_at_random_moments_loses_nothing(make_testweb: MakeWeb, tmp_path: 
     args = cli_args(web, data, "--threads", str(KILL_THREADS), "--per-host", "4")
     rng = random.Random(11)
     runs: list[Run] = []
-    for _ in range(KILLS):
-        runs.append(Run(time.time()))
-        proc = start_cli(args)
+    for n in range(KILLS):
+        runs.append(Run(run_agent(n)))
+        proc = start_cli([*args, "--user-agent", runs[-1].agent])
         # Each kill lands after the run has made progress: n more answers in the log.
         wait_for_answers(web, proc, rng.randint(20, 300))
         runs[-1].killed = kill(proc)
-    runs.append(Run(time.time()))
-    final = start_cli(args)
+    runs.append(Run(run_agent(KILLS)))
+    final = start_cli([*args, "--user-agent", runs[-1].agent])
     out, err = final.communicate(timeout=240)
     assert final.returncode == 0, err.decode()[-2000:]
     assert fetched_urls(data) == want

@@ -36,6 +36,7 @@ class Request:
     bytes: int = 0  # body bytes handed to the socket
     outcome: str = "pending"  # pending (in flight, or cut by stop()) | ok | reset | aborted
     sni: str | None = None  # TLS server name the client sent
+    agent: str = ""  # the User-Agent header ("" when none was sent)
 
     @property
     def url(self) -> str:

@@ -287,7 +287,8 @@ class WebServer:
         host = host.lower()
         conn_hdr = headers.get("connection", "").lower()
         keep = "close" not in conn_hdr and (version == "HTTP/1.1" or "keep-alive" in conn_hdr)
-        rec = Request(conn, scheme, port, host, target, method, time.time(), sni=sni)
+        rec = Request(conn, scheme, port, host, target, method, time.time(), sni=sni,
+                      agent=headers.get("user-agent", ""))
         self.log.add(rec)
         if method not in ("GET", "HEAD"):
             await self._send(writer, rec, 405, [("Allow", "GET, HEAD")], b"", keep, head_only=False)
