@@ -8,7 +8,22 @@ import os
 import sys
 
 from ..exceptions import CrawlerError
-from ..state.recrawl import parse_age
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> float:
+    """Seconds of an age: ``90s``, ``30m``, ``12h``, ``7d``, ``2w`` (a bare number: seconds)."""
+    value = text.strip().lower()
+    unit = value[-1:] if value[-1:] in _UNITS else "s"
+    number = value[:-1] if value[-1:] in _UNITS else value
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        raise CrawlerError(f"bad age {text!r}: use a number and s, m, h, d or w (7d)") from None
+    if not seconds >= 0:  # also refuses nan
+        raise CrawlerError(f"bad age {text!r}: it cannot be negative")
+    return seconds
 
 
 def age(value: str) -> float:

@@ -15,11 +15,11 @@ from typing import Any
 from ..config import CrawlerConfig
 from ..exceptions import CrawlerError, ShardCountError, URLError
 from ..run.hints import explain
-from ..run.status import record_end
+from ..run.status import live_pid, record_end
 from ..state.settings import SETTINGS_NAME, load_settings, save_settings, settings_path
 from ..state.shards import open_layout, read_count
 from ..web.urls import normalize, origin
-from . import raystart, startopts, status
+from . import raystart, startopts
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,6 @@ def add_parsers(sub: Any) -> None:
     )
     start.add_argument("--quiet", action="store_true", help="no status lines, only warnings")
     startopts.add_options(start)
-    status.add_parser(sub)
 
 
 # Why normalize() refused a seed, in words (crawler.web.urls's reasons).
@@ -190,7 +189,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(f"crawler: error: {ShardCountError(data_dir, recorded, wanted)}",
               file=sys.stderr)
         return 2  # a usage error: the option does not fit this crawl
-    live = status.live_pid(data_dir)
+    live = live_pid(data_dir)
     if live is not None:  # the stores' lock would refuse too, but after settings were saved
         raise CrawlerError(
             f"--data {data_dir}: a crawl is running on it (pid {live}): stop it first"
@@ -338,4 +337,4 @@ def _start_shards(
     return 0
 
 
-COMMANDS = {"start": cmd_start, "status": status.cmd_status}
+COMMANDS = {"start": cmd_start}

@@ -19,7 +19,7 @@ import kvstore
 from ..exceptions import CrawlerError
 from ..read.listing import CrawlReader
 from ..read.sitemaps import summary as sitemap_summary
-from ..run.status import by_class, outcome_key, read_status, sum_snapshots
+from ..run.status import by_class, is_running, outcome_key, read_status, sum_snapshots
 from ..state.pages import decode_bulk
 from ..state.shards import shard_dirs
 from ..web.urls import url_key
@@ -33,7 +33,7 @@ _STOPPED = {
 }
 
 
-def add_parser(sub: Any) -> None:
+def add_parsers(sub: Any) -> None:
     status = sub.add_parser(
         "status",
         help="show the state of a running or stopped crawl",
@@ -45,27 +45,6 @@ def add_parser(sub: Any) -> None:
     status.add_argument("data", metavar="DIR", help="the crawl's data directory (--data)")
     status.add_argument("--json", action="store_true", help="all of it as one JSON object")
     status.add_argument("--shards", action="store_true", help="one line per shard too")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _running(snap: dict[str, Any] | None) -> bool:
-    return bool(snap and snap.get("running")) and _alive(int(snap.get("pid", 0)))  # type: ignore[union-attr]
-
-
-def live_pid(data_dir: str) -> int | None:
-    """The pid of a run in progress on ``data_dir`` (its status.json says so and the
-    process lives), else None."""
-    snap = read_status(data_dir)
-    return int(snap["pid"]) if snap and _running(snap) else None
 
 
 def _pending(data_dir: str, reader: CrawlReader) -> tuple[int, int]:
@@ -114,7 +93,7 @@ def collect(data_dir: str) -> dict[str, Any]:
             b, p = _pending(d, reader)
             snap = read_status(d) or {}
             per_shard.append({
-                "data": d, "running": _running(snap), "recorded": len(store or ()),
+                "data": d, "running": is_running(snap), "recorded": len(store or ()),
                 "pending_bulks": b, "pending": p, "fetched": snap.get("fetched", 0),
                 "outbox": snap.get("outbox", 0),
             })
@@ -124,7 +103,7 @@ def collect(data_dir: str) -> dict[str, Any]:
         "data": data_dir,
         "shards": len(dirs),
         "absent_shards": reader.absent,
-        "running": any(_running(s) for s in snaps) or _running(top),
+        "running": any(is_running(s) for s in snaps) or is_running(top),
         "recorded": recorded,
         "fetched": fetched,
         "not_fetched": recorded - fetched,
@@ -198,3 +177,6 @@ def cmd_status(args: argparse.Namespace) -> int:
                 f"fetched {s['fetched']} in its last run, links to hand over {s['outbox']}"
             )
     return 0
+
+
+COMMANDS = {"status": cmd_status}

@@ -56,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
-from requests.utils import DEFAULT_CA_BUNDLE_PATH
+import certifi
 
 from ..exceptions import ConfigError, FetchError, URLError
 from ..web.urls import DEFAULT_PORTS, URL
@@ -207,7 +207,7 @@ def _request_of(url: str) -> URL:
 def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)  # CERT_REQUIRED, hostname check
     try:
-        ctx.load_verify_locations(ca_bundle or DEFAULT_CA_BUNDLE_PATH)
+        ctx.load_verify_locations(ca_bundle or certifi.where())
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"cannot load CA bundle {ca_bundle!r}: {exc}") from exc
     return ctx

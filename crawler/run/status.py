@@ -304,3 +304,24 @@ def read_status(data_dir: str) -> dict[str, Any] | None:
             return data
     except (OSError, ValueError):
         return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_running(snap: dict[str, Any] | None) -> bool:
+    return bool(snap and snap.get("running")) and _alive(int(snap.get("pid", 0)))  # type: ignore[union-attr]
+
+
+def live_pid(data_dir: str) -> int | None:
+    """The pid of a run in progress on ``data_dir`` (its status.json says so and the
+    process lives), else None."""
+    snap = read_status(data_dir)
+    return int(snap["pid"]) if snap and is_running(snap) else None

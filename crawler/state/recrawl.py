@@ -8,26 +8,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..exceptions import CrawlerError, URLError
+from ..exceptions import URLError
 from ..web.urls import host_of
 from .pages import PageRecord
 from .retry import RetryReport, Selection, requeue
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_age(text: str) -> float:
-    """Seconds of an age: ``90s``, ``30m``, ``12h``, ``7d``, ``2w`` (a bare number: seconds)."""
-    value = text.strip().lower()
-    unit = value[-1:] if value[-1:] in _UNITS else "s"
-    number = value[:-1] if value[-1:] in _UNITS else value
-    try:
-        seconds = float(number) * _UNITS[unit]
-    except ValueError:
-        raise CrawlerError(f"bad age {text!r}: use a number and s, m, h, d or w (7d)") from None
-    if not seconds >= 0:  # also refuses nan
-        raise CrawlerError(f"bad age {text!r}: it cannot be negative")
-    return seconds
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,17 @@ REPO = Path(__file__).resolve().parents[2]
 COMMANDS = sorted(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
 
 
+def test_each_command_loads_the_module_that_adds_it() -> None:
+    from crawler.cli import app
+
+    for module in app.command_modules():
+        name = module.__name__.rsplit(".", 1)[1]
+        alone = app.build_parser([module])._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+        named = {command for command, of in app.MODULE_OF.items() if of == name}
+        assert set(alone) == set(module.COMMANDS) == named, name
+    assert sorted(app.MODULE_OF) == COMMANDS
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help_with_an_example(
     command: str, capsys: pytest.CaptureFixture[str]

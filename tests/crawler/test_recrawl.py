@@ -24,7 +24,8 @@ from crawl_helpers import (
 from test_warc_export import read_warc
 
 import kvstore
-from crawler.state.recrawl import RecrawlSelection, parse_age
+from crawler.cli._common import parse_age
+from crawler.state.recrawl import RecrawlSelection
 from tools.testweb import SiteConfig, TestWeb
 from tools.testweb.export import export, nginx_serving
 from tools.testweb.graph import Graph

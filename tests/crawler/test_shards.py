@@ -75,6 +75,32 @@ def test_sharded_crawl_matches_the_oracle_once_and_politely(
         assert all(g >= delay - 0.01 for g in web.log.gaps(host)), host
 
 
+# What the supervisor must not load: it lives as long as the crawl, and these are
+# ~30 MB resident that only the shards use.
+SHARD_ONLY = ("numpy", "lxml", "kvstore", "requests", "urllib3", "dns")
+
+
+def test_the_supervisor_process_loads_no_shard_library(
+    make_testweb: MakeWeb, tmp_path: Path
+) -> None:
+    web = make_testweb(pages=80, hosts=3, seed=5, crawl_delay=0.0)
+    want = web.oracle.crawl()
+    data = tmp_path / "c"
+    report = (f"import sys; from crawler.cli import main; rc = main(sys.argv[1:]); "
+              f"print('loaded:', [m for m in {SHARD_ONLY!r} if m in sys.modules]); "
+              f"raise SystemExit(rc)")
+    command = cli_args(web, data, "--processes", "2")
+    assert command[1:3] == ["-m", "crawler"]
+    done = subprocess.run(
+        [command[0], "-c", report, *command[3:]], cwd=REPO, capture_output=True, text=True,
+        timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert summary(done.stdout)["complete"] is True
+    assert fetched_urls(data) == set(want.fetched)
+    assert "loaded: []" in done.stdout.splitlines(), done.stdout[-500:]
+
+
 def test_the_shard_count_is_recorded_and_another_is_refused(
     make_testweb: MakeWeb, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,0 +1,85 @@
+"""The ``python -m crawler`` parser and dispatch, over the command modules.
+
+A command named on the command line loads only its own module (``start`` needs
+neither numpy nor lxml, and its process supervises the crawl for its whole
+length); ``--help``, no command or an unknown one load them all."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+from ..exceptions import CrawlerError
+from ._common import DefaultsFormatter
+
+# Each command's module, in the order ``--help`` lists them. A module adds its own
+# commands (``add_parsers``) and names them in its ``COMMANDS`` table; a test holds
+# that table and this one equal.
+MODULE_OF = {
+    "start": "crawl",
+    "status": "status",
+    "export": "export",
+    "pages": "pages",
+    "show": "pages",
+    "links": "links",
+    "rank": "rank",
+    "report": "report",
+    "serve": "report",
+    "retry": "retry",
+    "recrawl": "recrawl",
+    "sitemaps": "sitemaps",
+}
+
+
+def command_modules(argv: Sequence[str] | None = None) -> list[ModuleType]:
+    """The modules that parse ``argv``: its command's one, or all of them."""
+    names = list(dict.fromkeys(MODULE_OF.values()))
+    if argv and argv[0] in MODULE_OF and not set(argv) & {"-h", "--help"}:
+        names = [MODULE_OF[argv[0]]]
+    return [importlib.import_module(f"{__package__}.{name}") for name in names]
+
+
+def build_parser(modules: Sequence[ModuleType] | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m crawler", description="A single-PC web crawler on kvstore."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in modules if modules is not None else command_modules():
+        module.add_parsers(sub)
+    for command in sub.choices.values():  # every command's --help shows its defaults
+        command.formatter_class = DefaultsFormatter
+    return parser
+
+
+def _store_errors() -> tuple[type[BaseException], ...]:
+    """kvstore's errors, if a command imported kvstore (one that did not cannot meet them)."""
+    exceptions = sys.modules.get("kvstore.exceptions")
+    return (exceptions.KVStoreError,) if exceptions is not None else ()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    modules = command_modules(argv)
+    parser = build_parser(modules)
+    try:
+        args = parser.parse_args(argv)
+        for module in modules:  # combinations argparse cannot express; parser.error exits 2
+            check: Callable[..., None] | None = getattr(module, "check_usage", None)
+            if check is not None:
+                check(parser, args)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {}
+    for module in modules:
+        commands.update(module.COMMANDS)
+    try:
+        return commands[args.command](args)
+    except Exception as exc:
+        # OSError: what no command foresaw (a disk error...): one line, not a trace
+        if not isinstance(exc, (CrawlerError, OSError, *_store_errors())):
+            raise
+        print(f"crawler: error: {exc}", file=sys.stderr)
+        return 1
