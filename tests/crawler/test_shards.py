@@ -238,6 +238,35 @@ def tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:]
 
 
+def environment(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        pairs = [kv.partition("=") for kv in f.read().decode().split("\0") if kv]
+    return {k: v for k, _, v in pairs}
+
+
+@pytest.mark.parametrize("given", [None, "8"])
+def test_shards_run_with_two_malloc_arenas_unless_the_user_set_it(
+    make_testweb: MakeWeb, tmp_path: Path, given: str | None
+) -> None:
+    web = make_testweb(pages=40, hosts=2, seed=6, crawl_delay=0.0)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("MALLOC_ARENA_MAX", None)
+    if given is not None:
+        env["MALLOC_ARENA_MAX"] = given
+    # a revisiting crawl runs until stopped: its shards are there to be looked at
+    args = cli_args(web, tmp_path / "c", "--processes", "2", "--revisit-after", "1h")
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: shards_up(proc.pid, 2), "shards up")
+        arenas = [environment(pid).get("MALLOC_ARENA_MAX") for pid in children(proc.pid)]
+        assert "MALLOC_ARENA_MAX" not in environment(proc.pid) or given is not None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert arenas == [given or "2"] * 2
+
+
 Kill = tuple[float, float, set[int]]  # (kill time, all killed processes gone, shards hit)
 
 
