@@ -2,7 +2,8 @@
 
 A command named on the command line loads only its own module (``start`` needs
 neither numpy nor lxml, and its process supervises the crawl for its whole
-length); ``--help``, no command or an unknown one load them all."""
+length); no command or an unknown one (``python -m crawler --help``, a typo) load
+them all."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ MODULE_OF = {
 def command_modules(argv: Sequence[str] | None = None) -> list[ModuleType]:
     """The modules that parse ``argv``: its command's one, or all of them."""
     names = list(dict.fromkeys(MODULE_OF.values()))
-    if argv and argv[0] in MODULE_OF and not set(argv) & {"-h", "--help"}:
+    if argv and argv[0] in MODULE_OF:
         names = [MODULE_OF[argv[0]]]
     return [importlib.import_module(f"{__package__}.{name}") for name in names]
 

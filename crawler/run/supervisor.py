@@ -46,6 +46,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -71,7 +72,7 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 SHARD_MALLOC_ARENAS = "2"
 
 
-def shard_env(parent: dict[str, str]) -> dict[str, str]:
+def shard_env(parent: Mapping[str, str]) -> dict[str, str]:
     """The environment a shard process starts with, from the supervisor's."""
     env = dict(parent)
     # the child imports this crawler, wherever the parent found it
@@ -142,7 +143,7 @@ class Supervisor(Overview):
         s.incarnation += 1
         s.report, s.report_seq, s.final, s.restart_at = None, -1, None, None
         s.started = time.monotonic()
-        env = shard_env(dict(os.environ))
+        env = shard_env(os.environ)
         proc = subprocess.Popen(
             # the arguments only name the shard in ps; the setup comes on stdin
             [sys.executable, "-c", _CHILD, f"shard-{s.index:02d}", self.data_dir],

@@ -260,7 +260,6 @@ def test_shards_run_with_two_malloc_arenas_unless_the_user_set_it(
     try:
         wait_until(lambda: shards_up(proc.pid, 2), "shards up")
         arenas = [environment(pid).get("MALLOC_ARENA_MAX") for pid in children(proc.pid)]
-        assert "MALLOC_ARENA_MAX" not in environment(proc.pid) or given is not None
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
