@@ -30,6 +30,9 @@ data at a time, that stops at the first fatal problem.
    at most ``max_url_length`` long. The first ``max_urls`` good entries are kept, later
    ones dropped (reading goes on to count them). ``lastmod``: stripped, at most 64 chars.
 
+An entry counts only when its ``</url>`` (``</sitemap>``) is in the document: a
+document that ends inside an entry is "bad_xml" and that entry is dropped, with any lxml
+release (6.2 invents the missing end tags on close; those events are not read).
 Input that ends early (truncated, too_large, bad_gzip) keeps the entries completed
 before the end: a cut document is no "bad_xml" (nor is a syntax error in its last few
 bytes, which libxml2 has not judged yet), a cut last text line is dropped.
@@ -182,9 +185,17 @@ class _Parse:
                 # An undeclared prefix ("sm:url") is only a namespace error, told at the end.
                 if any(e.type not in _NAMESPACE_ERRORS for e in exc.error_log):
                     self.fail("bad_xml")
+                    self.done = True
             except etree.LxmlError:
                 self.fail("bad_xml")
-            self._events()
+                self.done = True
+            # A broken end: lxml 6.2 (libxml2 2.14.6) then makes "end" events for the
+            # elements left open, which no byte of the document closed; lxml 6.0 makes
+            # none. Every real end came from a feed (libxml2 parses an end tag once its
+            # ">" has arrived), so the events of a failed close are dropped: an entry
+            # counts only if its </url> or </sitemap> is in the document.
+            if not self.done:
+                self._events()
         elif self.mode == "text" and not self.skip and self.line.strip():
             if cut:
                 self.dropped += 1  # a line cut short is no URL
