@@ -151,11 +151,20 @@ def _delay(value: str) -> float | None:
 
 
 def parse(text: str, token: str) -> Group:
-    """The merged groups of ``text`` that apply to ``token`` (lowercase), else the ``*`` ones."""
+    """The merged groups of ``text`` that apply to ``token`` (lowercase), else the ``*`` ones.
+
+    A group is a run of User-agent lines and the rules after it; only a rule
+    (Allow, Disallow) ends the run, so the next User-agent line starts a new
+    group. Crawl-delay is not a rule (RFC 9309 defines none): like Sitemap and
+    unknown lines it ends nothing, and it belongs to the group it is in, which
+    may still be growing (``User-agent: a / Crawl-delay: 5 / User-agent: b``):
+    so a group's delays are handed to its agents when the group ends.
+    """
     rules: dict[str, list[Rule]] = {"ours": [], "star": []}
     delays: dict[str, list[float]] = {"ours": [], "star": []}
     named = {"ours": False, "star": False}
-    kinds: set[str] = set()
+    kinds: set[str] = set()  # whom the current group applies to, among us and "*"
+    group_delays: list[float] = []  # the current group's valid Crawl-delays, in file order
     in_agents = False
     for raw in _EOL.split(text):
         line = raw.partition("#")[0].strip()
@@ -164,23 +173,26 @@ def parse(text: str, token: str) -> Group:
             continue  # blank, comment, Sitemap or unknown: none of them ends a group
         name, value = parsed
         if name == "user-agent":
-            if not in_agents:
-                kinds, in_agents = set(), True
-            kind = _agent_kind(value, token)
-            if kind is not None:
-                kinds.add(kind)
-                named[kind] = True
-            continue
-        in_agents = False  # rules before any User-agent line have no kinds: dropped
-        for kind in kinds:
-            if name == "crawl-delay":
-                delay = _delay(value)
-                if delay is not None:
-                    delays[kind].append(delay)
-                continue
-            pattern = _pattern(value)
+            if not in_agents:  # after a rule (or at the start): a new group
+                for kind in kinds:
+                    delays[kind].extend(group_delays)
+                kinds, group_delays, in_agents = set(), [], True
+            agent = _agent_kind(value, token)
+            if agent is not None:
+                kinds.add(agent)
+                named[agent] = True
+        elif name == "crawl-delay":
+            delay = _delay(value)
+            if delay is not None:
+                group_delays.append(delay)
+        else:
+            in_agents = False  # rules before any User-agent line have no kinds: dropped
+            pattern = _pattern(value) if kinds else None
             if pattern is not None:
-                rules[kind].append((pattern[0], pattern[1], name == "allow"))
+                for kind in kinds:
+                    rules[kind].append((pattern[0], pattern[1], name == "allow"))
+    for kind in kinds:
+        delays[kind].extend(group_delays)
     kind = "ours" if named["ours"] else "star"
     return Group(rules[kind], delays[kind][0] if delays[kind] else None)
 

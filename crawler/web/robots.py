@@ -25,7 +25,8 @@ Parsing and matching are our own, in the pure :mod:`crawler.web._robotstxt`
 no rewriting of its input can repair: a group named ``kv`` applied to
 ``kvcrawl`` and one named ``kvcrawl/1.0`` did not, ``Disallow: /a$`` also
 blocked ``/a$x``, ``Allow: /d/index.html`` also allowed ``/d/``, and an
-unknown line between two ``User-agent`` lines split their group. (protego
+unknown line or a Crawl-delay between two ``User-agent`` lines split their
+group. (protego
 stays in the tests as a cross-check where it agrees with the RFC.) Our rules:
 
 1. Lines end at CR, LF or CRLF (not at the other characters ``str.splitlines``
@@ -34,17 +35,25 @@ stays in the tests as a cross-check where it agrees with the RFC.) Our rules:
    ``disallow`` typos (Google's leniency; reading more Disallows is the polite
    error); ``field value`` without a colon counts when it is exactly two words.
 2. Groups (§2.1, §2.2.1): a run of ``User-agent`` lines, then its rules.
-   Allow, Disallow and Crawl-delay end the run; Sitemap and unknown lines do
-   not (§2.2.4: other records must not interfere with the groups). Rules
-   before any ``User-agent`` belong to no group and are ignored. The values of
-   the first 64 ``Sitemap`` lines, wherever they are, are kept in ``sitemaps``
-   (crawler.run.sitemaps reads them).
+   Only a rule (Allow, Disallow) ends the run; lines the RFC does not define
+   (Crawl-delay, Sitemap, Host, unknown keys) and blank and comment lines
+   neither end a group nor start one (§2.2.4: other records must not
+   interfere with the groups; Google's parser agrees). So in ``User-agent: a /
+   Crawl-delay: 5 / User-agent: b / Disallow: /x`` both a and b are barred
+   from /x, and ``User-agent: * / Crawl-delay: 9 / (blank) / User-agent: a /
+   Crawl-delay: 1`` is one group. Rules before any ``User-agent`` belong to
+   no group and are ignored. The values of the first 64 ``Sitemap`` lines,
+   wherever they are, are kept in ``sitemaps`` (crawler.run.sitemaps reads
+   them).
 3. Group selection: a ``User-agent`` value applies to us when its leading
    ``[A-Za-z_-]+`` (so ``KVCrawl/1.0`` counts) equals our product token,
    case-insensitively; never by prefix. Every group naming us is merged; with
    none, every ``*`` group is merged; with neither, everything is allowed.
 4. Crawl-delay (not in RFC 9309) is read from the selected groups as Bing and
-   Yandex define it: the first finite value >= 0 wins; the engine caps it.
+   Yandex define it: the first finite value >= 0 wins; the engine caps it. A
+   Crawl-delay line belongs to the group it is in, wherever in the group:
+   after its rules, or between its User-agent lines (then it is also the
+   delay of the agents named after it). One before any User-agent is ignored.
 5. A rule value must start with ``/`` or ``*`` (the RFC's path-pattern);
    others and empty values are ignored. ``*`` matches any run of characters;
    ``$`` is the end anchor only as the last character, a literal elsewhere.

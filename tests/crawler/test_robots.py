@@ -269,7 +269,8 @@ class TestRFC9309Specials:
         assert rules("User-agent: *\nCrawl-delay: -4\n").crawl_delay is None
 
     def test_crawl_delay_comes_from_our_group(self) -> None:
-        txt = "User-agent: *\nCrawl-delay: 9\n\nUser-agent: kvcrawl\nCrawl-delay: 0.5\n"
+        # (the empty Disallow ends the "*" group: a blank line would not, RFC 9309 §2.2)
+        txt = "User-agent: *\nCrawl-delay: 9\nDisallow:\n\nUser-agent: kvcrawl\nCrawl-delay: 0.5\n"
         assert rules(txt).crawl_delay == 0.5
         assert rules(txt, user_agent="other").crawl_delay == 9.0
 

@@ -141,7 +141,30 @@ GROUPS: list[Row] = [
     ("User-agent: kvcrawl\n\nUser-agent: other\nDisallow: /x\n", "/x", False),  # blank: no split
     ("User-agent: kvcrawl\nFoo: bar\nUser-agent: o\nDisallow: /x\n", "/x", False),  # §2.2.4
     ("User-agent: kvcrawl\nSitemap: /s.xml\nUser-agent: o\nDisallow: /x\n", "/x", False),
-    ("User-agent: kvcrawl\nCrawl-delay: 1\nUser-agent: o\nDisallow: /x\n", "/x", True),  # rule 2
+    # Crawl-delay is no RFC 9309 rule either: it ends no run of User-agent lines (rule 2)
+    ("User-agent: kvcrawl\nCrawl-delay: 1\nUser-agent: o\nDisallow: /x\n", "/x", False),
+    ("User-agent: kvcrawl\nCrawl-delay: 5\nUser-agent: other\nDisallow: /x\n", "/x", False),
+    ("User-agent: other\nCrawl-delay: 5\nUser-agent: kvcrawl\nDisallow: /x\n", "/x", False),
+    ("User-agent: kvcrawl\ncrawl delay: 5\nUser-agent: other\nDisallow: /x\n", "/x", False),
+    ("User-agent: kvcrawl\nRequest-rate: 1/5\nUser-agent: o\nDisallow: /x\n", "/x", False),
+    ("User-agent: kvcrawl\nHost: a.test\nUser-agent: o\nDisallow: /x\n", "/x", False),
+    ("User-agent: kvcrawl\n# one\n\n# two\nUser-agent: o\nDisallow: /x\n", "/x", False),
+    (
+        "User-agent: kvcrawl\nCrawl-delay: 5\nSitemap: /s.xml\nFoo: bar\n\n# c\n"
+        "User-agent: other\nDisallow: /x\n",
+        "/x",
+        False,
+    ),  # all of them at once
+    # Google's robots_test.cc, ID_LineSyntax_Groups_OtherRules, with our token for BarBot
+    ("User-agent: kvcrawl\nSitemap: https://foo.bar/sitemap\nUser-agent: *\nDisallow: /\n",
+     "/", False),
+    ("User-agent: kvcrawl\nInvalid-Unknown-Line: unknown\nUser-agent: *\nDisallow: /\n",
+     "/", False),
+    # a rule ends the run: a Crawl-delay after it leaves the next User-agent a new group
+    ("User-agent: kvcrawl\nDisallow: /a\nCrawl-delay: 5\nUser-agent: o\nDisallow: /x\n",
+     "/x", True),
+    ("User-agent: o\nDisallow: /x\nCrawl-delay: 5\nUser-agent: kvcrawl\nDisallow: /a\n",
+     "/x", True),
     ("User-agent: o\nDisallow: /x\nUser-agent: kvcrawl\nDisallow: /y\n", "/x", True),
     (
         "User-agent: kvcrawl\nDisallow: /a\n\nUser-agent: *\nDisallow: /b\n\n"
@@ -233,14 +256,51 @@ def test_the_other_robots_groups(user_agent: str) -> None:
     assert r.can_fetch(SITE + "/star")
 
 
+@pytest.mark.parametrize(
+    ("body", "delays"),
+    [
+        # the issue's example: one group, so its Crawl-delay is every one of its agents'
+        ("User-agent: kvcrawl\nCrawl-delay: 5\nUser-agent: other\nDisallow: /x\n",
+         {"kvcrawl": 5.0, "other": 5.0, "third": None}),
+        # between the User-agent lines of a group: it is that group's, ours too
+        ("User-agent: other\nCrawl-delay: 5\nUser-agent: kvcrawl\nDisallow: /x\n\n"
+         "User-agent: *\nCrawl-delay: 9\n",
+         {"kvcrawl": 5.0, "other": 5.0, "third": 9.0}),
+        # after a group's rules it is still that group's, not the next one's
+        ("User-agent: other\nDisallow: /\nCrawl-delay: 7\nUser-agent: kvcrawl\nDisallow: /x\n",
+         {"kvcrawl": None, "other": 7.0, "third": None}),
+        # before any User-agent line it is no group's
+        ("Crawl-delay: 3\nUser-agent: *\nDisallow: /x\n",
+         {"kvcrawl": None, "other": None, "third": None}),
+        # a group's first valid one, in file order, whatever lines lie around it
+        ("User-agent: kvcrawl\nCrawl-delay: x\nSitemap: /s\nUser-agent: o\nCrawl-delay: 2\n"
+         "Disallow: /x\nCrawl-delay: 4\n\nUser-agent: KVCrawl\nCrawl-delay: 1\n",
+         {"kvcrawl": 2.0, "o": 2.0, "other": None}),
+    ],
+)
+def test_crawl_delay_applies_to_the_group_it_is_in(
+    body: str, delays: dict[str, float | None]
+) -> None:
+    for agent, delay in delays.items():
+        assert rules(body, user_agent=agent).crawl_delay == delay, agent
+
+
 def test_crawl_delay_comes_from_our_groups() -> None:
     body = (
-        "User-agent: *\nCrawl-delay: 9\n\nUser-agent: kvcrawl\nCrawl-delay: nan\n"
+        "User-agent: *\nCrawl-delay: 9\nDisallow:\n\nUser-agent: kvcrawl\nCrawl-delay: nan\n"
         "Crawl-delay: 2.5\nCrawl-delay: 4\n"
     )
     assert rules(body).crawl_delay == 2.5  # the first valid one
     assert rules(body, user_agent="other").crawl_delay == 9.0
     assert rules("User-agent: *\nCrawl-delay: -1\nCrawl-delay: inf\n").crawl_delay is None
+
+
+def test_without_a_rule_between_them_two_blocks_are_one_group() -> None:
+    # A blank line and a Crawl-delay end nothing (RFC 9309 §2.2): this is one group for
+    # "*" and for us, and its first valid Crawl-delay is everyone's.
+    body = "User-agent: *\nCrawl-delay: 9\n\nUser-agent: kvcrawl\nCrawl-delay: 0.5\n"
+    assert rules(body).crawl_delay == 9.0
+    assert rules(body, user_agent="other").crawl_delay == 9.0
 
 
 def test_a_url_with_authority_only_is_the_root() -> None:
@@ -356,6 +416,44 @@ def test_agrees_with_protego_where_protego_follows_the_rfc(
     for path in paths:
         url = SITE + path
         assert ours.can_fetch(url) == theirs.can_fetch(url, "kvcrawl"), (lines, path)
+
+
+# RFC 9309 §2.2.4 (and Google's parser): lines the RFC does not define neither end a group
+# nor start one. protego agrees for Sitemap, Host, comments and blank lines, but ends a
+# run of User-agent lines at Crawl-delay, Request-rate and unknown keys; so a file with
+# such lines must answer as protego answers the same file without them.
+_AGENTS = ["User-agent: kvcrawl", "User-agent: other", "User-agent: *"]
+_RULES = ["Disallow: /a", "Allow: /a/b", "Disallow: /", "Disallow:", "Allow: /b"]
+_FOLLOWED = ["Sitemap: http://robots.example.test/s.xml", "Host: robots.example.test",
+             "# a comment", ""]
+_UNDEFINED = ["Crawl-delay: 5", "crawl delay: 1", "Request-rate: 1/5", "Foo: bar"]
+_others = st.lists(st.sampled_from(_FOLLOWED + _UNDEFINED), max_size=2)
+
+
+def _each_then(lines: list[str]) -> st.SearchStrategy[list[str]]:
+    """Some of ``lines``, each followed by a few lines that are neither agents nor rules."""
+    return st.lists(st.tuples(st.sampled_from(lines), _others), max_size=3).map(
+        lambda pairs: [line for first, rest in pairs for line in (first, *rest)]
+    )
+
+
+_group = st.tuples(_each_then(_AGENTS), _each_then(_RULES)).map(lambda g: g[0] + g[1])
+_file = st.tuples(_others, st.lists(_group, max_size=4)).map(
+    lambda f: f[0] + [line for group in f[1] for line in group]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_file)
+def test_groups_agree_with_protego_once_undefined_lines_are_dropped(lines: list[str]) -> None:
+    ours = rules("\n".join(lines) + "\n")
+    kept = [line for line in lines if line not in _UNDEFINED]
+    theirs = Protego.parse("\n".join(kept) + "\n")
+    for path in ("/", "/a", "/a/b", "/b", "/c"):
+        assert ours.can_fetch(SITE + path) == theirs.can_fetch(SITE + path, "kvcrawl"), (
+            lines,
+            path,
+        )
 
 
 _any_line = st.one_of(
