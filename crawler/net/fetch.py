@@ -26,8 +26,12 @@ Bounds, per fetch:
   zlib's ``max_length``, so a bomb never expands past the limit. A cut body is
   not an error: the result has ``truncated=True``, ``truncate_reason``
   "too_large" or "decompression_bomb", the body cut exactly at the limit, and
-  the connection is closed. Memory: the limit plus one read. Other codings
-  (br, zstd) are not requested; if sent anyway the body is left as received.
+  the connection is closed. Memory: the body (plus the buffer's 1/8 slack)
+  and one read of 64 KiB raw and 64 KiB decoded (a bomb's read is inflated
+  64 KiB at a time). With a ``lease`` (crawler.run.budget), each piece is
+  counted before it is kept, so a fetch waits rather than pass the crawl's
+  memory budget. Other codings (br, zstd) are not requested; if sent anyway
+  the body is left as received.
 - Redirects are not followed: a 3xx's absolute Location is ``redirect``.
 - A few headers are kept (lowercase, values cut to ``max_header_value``);
   http.client caps a header line at 64 KiB and a response at 100 headers.
@@ -52,8 +56,9 @@ import logging
 import ssl
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
 import certifi
@@ -90,6 +95,12 @@ _DECODED = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate
 _VERSIONS = {9: "HTTP/0.9", 10: "HTTP/1.0", 11: "HTTP/1.1", 20: "HTTP/2"}
 
 Resolve = Callable[[str], str]
+
+
+class Lease(Protocol):
+    """Where a fetch counts the body bytes it holds (crawler.run.budget.Lease)."""
+
+    def grow(self, n: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +243,19 @@ class _Decoder:
         self._fed = True
         return out
 
+    def pieces(self, data: bytes, limit: int) -> Iterator[bytes]:
+        """``data`` inflated, at most ``limit`` bytes in all, in pieces of at most
+        READ_CHUNK: a 64 KiB read of a bomb is never a 20 MiB string at once."""
+        while limit > 0:
+            piece = self.decode(data, min(limit, READ_CHUNK))
+            data = self._z.unconsumed_tail
+            if not piece:
+                return
+            limit -= len(piece)
+            yield piece
+            if not data:
+                return
+
     def flush(self) -> bytes:
         return self._z.flush()
 
@@ -279,12 +303,14 @@ class Fetcher:
         self._pool = ConnectionPool(origins=pool_connections, per_origin=pool_maxsize)
         self._closed = False
 
-    def fetch(self, url: str | URL, headers: tuple[tuple[str, str], ...] = ()) -> FetchResult:
+    def fetch(self, url: str | URL, headers: tuple[tuple[str, str], ...] = (), *,
+              lease: Lease | None = None) -> FetchResult:
         """GET ``url`` (http/https): a string, or a URL parsed from a normalized one
         (:func:`crawler.web.urls.parse`), which is not split or checked again.
         ``headers`` are sent besides ours (a recrawl's If-None-Match, If-Modified-Since).
-        Raises DNSError (from ``resolve``), FetchError or URLError; any HTTP
-        status is a FetchResult. Thread-safe."""
+        ``lease``: where the body's bytes are counted before they are kept (it may
+        make the fetch wait). Raises DNSError (from ``resolve``), FetchError or
+        URLError; any HTTP status is a FetchResult. Thread-safe."""
         started, t0 = time.time(), time.monotonic()
         request = url if isinstance(url, URL) else None
         text = url.url if isinstance(url, URL) else url
@@ -295,7 +321,7 @@ class Fetcher:
         ip = self._resolve(request.host.strip("[]"))
         w = self._dog.start(self._total)
         try:
-            return self._exchange(text, request, ip, w, started, t0, headers)
+            return self._exchange(text, request, ip, w, started, t0, headers, lease)
         finally:
             self._dog.finish(w)
 
@@ -385,12 +411,13 @@ class Fetcher:
         else:
             self._pool.give(origin, conn)
 
-    def _exchange(self, url: str, req: URL, ip: str, w: Watch,
-                  started: float, t0: float, extra: tuple[tuple[str, str], ...]) -> FetchResult:
+    def _exchange(self, url: str, req: URL, ip: str, w: Watch, started: float, t0: float,
+                  extra: tuple[tuple[str, str], ...], lease: Lease | None) -> FetchResult:
         origin = req.origin
         conn, resp = self._send(url, req, origin, ip, w, extra)
         try:
-            body, wire, reason = self._read_body(resp, resp.getheader("content-encoding"))
+            body, wire, reason = self._read_body(resp, resp.getheader("content-encoding"),
+                                                 lease)
         except (http.client.HTTPException, OSError, zlib.error, ValueError) as exc:
             self._discard(conn, w)
             raise self._fail(url, w, exc, "body") from exc
@@ -415,8 +442,8 @@ class Fetcher:
             truncated=reason is not None, truncate_reason=reason, redirect=redirect,
             http_version=_VERSIONS.get(resp.version, f"HTTP/{resp.version}"))
 
-    def _read_body(self, resp: http.client.HTTPResponse,
-                   coding: str | None) -> tuple[bytes, int, str | None]:
+    def _read_body(self, resp: http.client.HTTPResponse, coding: str | None,
+                   lease: Lease | None = None) -> tuple[bytes, int, str | None]:
         """Stream the body within both limits: (body, wire bytes, truncate reason)."""
         wbits = _DECODED.get((coding or "").strip().lower())
         decoder = _Decoder(wbits) if wbits is not None else None
@@ -424,23 +451,31 @@ class Fetcher:
         out = io.BytesIO()
         wire = size = 0
         reason: str | None = None
+        keep = (lambda n: None) if lease is None else lease.grow
+        keep(2 * READ_CHUNK)  # the read in hand and its decoded piece
         while reason is None:
             data = resp.read(min(READ_CHUNK, self._max_body - wire + 1))
             if not data:
                 if decoder is not None:
                     tail = decoder.flush()[: cap - size]
+                    keep(len(tail) + len(tail) // 8)
                     out.write(tail)
                 break
             wire += len(data)
             if wire > self._max_body:  # one byte over: there is more than the limit
                 data = data[: len(data) - (wire - self._max_body)]
                 wire, reason = self._max_body, "too_large"
-            piece = decoder.decode(data, cap - size + 1) if decoder else data
-            if len(piece) > cap - size:
-                piece = piece[: cap - size]
-                reason = "decompression_bomb" if decoder else "too_large"
-            out.write(piece)
-            size += len(piece)
+            pieces = decoder.pieces(data, cap - size + 1) if decoder else (data,)
+            for piece in pieces:
+                full = len(piece) > cap - size
+                if full:
+                    piece = piece[: cap - size]
+                    reason = "decompression_bomb" if decoder else "too_large"
+                keep(len(piece) + len(piece) // 8)  # BytesIO grows by 1/8 over its size
+                out.write(piece)
+                size += len(piece)
+                if full:
+                    break
         if reason is not None:
             resp.close()  # unread bytes on the wire: the connection cannot be reused
         return out.getvalue(), wire, reason

@@ -33,6 +33,12 @@ hostile web is tabled in docs/HOSTILE.md; in short:
   robots.txt is read through its own Fetcher capped just above the 512 KiB
   the parser reads, whatever the page limits.
 
+Memory: every URL fetched takes a lease on the shard's budget of bytes in flight
+(crawler.run.budget, ``memory_budget``): the fetcher counts the body as it arrives,
+link extraction each piece it parses, the engine the record it encodes; a worker
+that would pass the budget waits, the oldest lease never does. docs/HOSTILE.md has
+the numbers.
+
 Stopping: the feeder stops claiming, waiting URLs are dropped from memory
 (their bulks stay live in PendDB), workers finish their fetch, the committer
 writes everything, the stores close. A kill -9 at any point loses at most the
@@ -52,15 +58,16 @@ from typing import Any, NamedTuple
 from ..config import CrawlerConfig, Scope
 from ..exceptions import CrawlerError, DataDirError, DiskFullError, DNSError, FetchError, URLError
 from ..net.dnscache import DNSCache
-from ..net.fetch import Fetcher, FetchResult, parse_retry_after
+from ..net.fetch import READ_CHUNK, Fetcher, FetchResult, parse_retry_after
 from ..state.badhosts import BadHosts
 from ..state.frontier import DISK_FULL_ERRNOS, Claimed, Frontier, Outcome
 from ..state.pages import PageRecord, Pending, encode_page
 from ..state.shards import Router, ShardPlace
-from ..web.links import is_html
+from ..web.links import is_html, parse_bound
 from ..web.robots import product_token
 from ..web.urls import URL, normalize, parse
 from . import status as status_mod
+from .budget import BUDGET_QUANTUM, Lease, MemoryBudget, return_large_blocks
 from .politeness import HostSlot, Scheduler
 from .render import RenderJob, RenderPool
 from .responses import ResponseReader
@@ -79,6 +86,19 @@ _FEED_BULKS = 64
 _TRANSIENT = {"read_timeout", "total_timeout", "reset", "protocol"}
 # How long a URL of a rendered host waits when the render pool is full.
 _RENDER_FULL_WAIT = 0.05
+# A page record's encoding holds its compressed body and the record (each at most
+# about the body) beside the body; this covers its header and link list besides.
+_RECORD_SLACK = 1 << 20
+
+
+def largest_lease(max_decoded_bytes: int) -> int:
+    """The most one URL's lease holds: its body as the fetcher keeps it (1/8 buffer
+    slack, a read in hand), then the larger of its parse and its record's encoding.
+    The default budget is twice this: the oldest lease can always finish, and as
+    much again is shared by the others (crawler.run.budget)."""
+    body = max_decoded_bytes + max_decoded_bytes // 8 + 2 * READ_CHUNK
+    record = 2 * max_decoded_bytes + _RECORD_SLACK
+    return body + max(parse_bound(max_decoded_bytes), record) + BUDGET_QUANTUM
 
 
 class _Task(NamedTuple):
@@ -124,6 +144,10 @@ class Engine:
             timeout=config.dns_timeout,
             allow_private_ips=config.allow_private_ips,
         )
+        # bodies held and parse buffers, shard-wide (docs/HOSTILE.md, "Memory")
+        largest = largest_lease(config.max_decoded_bytes)
+        self.budget = MemoryBudget(config.memory_budget or 2 * largest, largest)
+        return_large_blocks()  # so that freed bodies leave the process (crawler.run.budget)
         self.fetcher = self._fetcher(config.max_body_bytes, config.max_decoded_bytes)
         self.robots_fetcher = self._fetcher(ROBOTS_FETCH_BYTES, ROBOTS_FETCH_BYTES)
         self.scheduler = Scheduler(
@@ -248,6 +272,8 @@ class Engine:
         old_stack = threading.stack_size(cfg.stack_size)
         try:
             for i in range(cfg.threads):
+                if self._stopping.is_set():  # a stop while thousands start: no more of them
+                    break
                 t = threading.Thread(target=self._work_loop, name=f"worker-{i}", daemon=True)
                 t.start()
                 self._workers.append(t)
@@ -417,20 +443,26 @@ class Engine:
         return result
 
     def _fetch(self, slot: HostSlot, c: Claimed, u: URL, render: bool) -> _Result:
+        lease = self.budget.lease()  # the body, its parse and its record count here
+        response: FetchResult | None = None
         try:
-            if not self.scheduler.reserve_fetch(slot, self.config.max_pages_per_host):
-                return self._final(c, 0, "host_page_limit")
-            if not self._reserve_fetch():
-                return _Result(None, contacted=False)
-            prior, validators = self.revisits.conditional(c.key)
-            response = self.fetcher.fetch(u, validators)
-        except DNSError as exc:
-            return self._dns_failure(c, u, exc)
-        except FetchError as exc:
-            return self._failure(slot, c, u, exc.reason)
-        with self.stats_lock:
-            self.bytes += response.wire_bytes
-        return self._response(slot, c, response, render, prior)
+            try:
+                if not self.scheduler.reserve_fetch(slot, self.config.max_pages_per_host):
+                    return self._final(c, 0, "host_page_limit")
+                if not self._reserve_fetch():
+                    return _Result(None, contacted=False)
+                prior, validators = self.revisits.conditional(c.key)
+                response = self.fetcher.fetch(u, validators, lease=lease)
+            except DNSError as exc:
+                return self._dns_failure(c, u, exc)
+            except FetchError as exc:
+                return self._failure(slot, c, u, exc.reason)
+            with self.stats_lock:
+                self.bytes += response.wire_bytes
+            return self._response(slot, c, response, render, prior, lease)
+        finally:
+            response = None  # the body goes before its bytes are given back
+            lease.close()
 
     def _dns_failure(self, c: Claimed, u: URL, exc: DNSError) -> _Result:
         reason = "private_ip" if exc.kind == "private" else f"dns_{exc.kind}"
@@ -504,7 +536,7 @@ class Engine:
         return _Result(Outcome(c, None, requeue=again), time.monotonic() + wait)
 
     def _response(self, slot: HostSlot, c: Claimed, r: FetchResult, render: bool,
-                  prior: PageRecord | None = None) -> _Result:
+                  prior: PageRecord | None = None, lease: Lease | None = None) -> _Result:
         cfg = self.config
         e = c.entry
         status = r.status
@@ -532,6 +564,12 @@ class Engine:
                                                            r.body[:512]):
             self.renderer.hand(RenderJob(c, r))  # type: ignore[union-attr]
             return _Result(None, handed=True)
-        reason, fields, links = self.reader.read(e, r)
+        if lease is None:
+            reason, fields, links = self.reader.read(e, r)
+        else:
+            held = lease.needed  # the body as fetched
+            reason, fields, links = self.reader.read(e, r, reserve=lease.grow)
+            if fields["body"]:  # its encoding: compressed body and record beside the body
+                lease.hold(held + 2 * len(fields["body"]) + _RECORD_SLACK)
         return _Result(Outcome(c, self._record(c, status, reason, prior=prior, **fields),
                                links=links))

@@ -18,7 +18,7 @@ from ..config import CrawlerConfig, Scope, stores_type
 from ..exceptions import URLError
 from ..net.fetch import FetchResult, content_type
 from ..state.pages import Pending, decode_page, encode_page, pack_links
-from ..web.links import extract, is_html, robots_directives
+from ..web.links import Reserve, extract, is_html, robots_directives
 from ..web.urls import host_of, normalize, url_key
 
 log = logging.getLogger(__name__)
@@ -44,9 +44,12 @@ class ResponseReader:
         self._agent = (agent,)
         self._meta_names = ("robots", *self._agent)
 
-    def read(self, e: Pending, r: FetchResult, dom: bytes = b"") -> Reading:
+    def read(self, e: Pending, r: FetchResult, dom: bytes = b"",
+             reserve: Reserve | None = None) -> Reading:
         """An answer that is neither a 429 nor a 5xx, fetched for ``e``; ``dom``: the
-        page rendered in the browser, whose links and robots meta tags count too."""
+        page rendered in the browser, whose links and robots meta tags count too.
+        ``reserve(n)``: called before link extraction holds ``n`` more bytes (the
+        engine's memory budget; it may wait)."""
         cfg = self.config
         status = r.status
         links: list[tuple[bytes, Pending]] = []
@@ -70,6 +73,7 @@ class ResponseReader:
                     max_url_length=cfg.max_url_length,
                     follow_rel_nofollow=not cfg.obey_robots,
                     robots_meta_names=self._meta_names,
+                    reserve=reserve,
                 )
                 follow, dont = list(page.links), list(page.nofollow_links)
                 page_noindex, page_nofollow = page.noindex, page.nofollow
@@ -81,6 +85,7 @@ class ResponseReader:
                         max_url_length=cfg.max_url_length,
                         follow_rel_nofollow=not cfg.obey_robots,
                         robots_meta_names=self._meta_names,
+                        reserve=reserve,
                     )
                     known = set(follow) | set(dont)
                     follow += [u for u in shown.links if u not in known]

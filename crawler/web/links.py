@@ -15,7 +15,9 @@ Theory of operation.
    ``shift_jis`` as cp932, ``gb2312`` as gb18030...; a meta claiming UTF-16
    means UTF-8). Python decodes with replacement characters and NULs become
    U+FFFD, so lxml always gets valid UTF-8 and never stops on an encoding
-   error; bad bytes never raise.
+   error; bad bytes never raise. A page over 1 MiB is decoded in 64 KiB
+   pieces (an incremental decoder, crawler.web._decode), each re-encoded to
+   UTF-8 and fed on, so no whole copy of it is made as text; see *Memory*.
 3. *Parsing*: lxml's HTML parser (libxml2) with ``recover=True``,
    ``no_network=True``, ``huge_tree=False``, no comments or PIs. Two ways,
    one answer. A tree loses every link after ``</html>`` (pages where a CMS
@@ -53,6 +55,28 @@ Theory of operation.
    nofollow page: obeying it, and what ``noindex`` means for storage, is the
    caller's decision. The X-Robots-Tag header is the caller's too
    (:func:`robots_directives` parses its value).
+6. *Memory*: what a parse holds besides the body. libxml2's push parser keeps
+   every byte fed to it until the parse ends (2.14 never shrinks its input),
+   so a streamed page costs its size in UTF-8: about the body for UTF-8 and
+   ASCII pages, up to 3x for single-byte charsets whose letters take 3 UTF-8
+   bytes (Thai, cp1252's euro sign). NULs and invalid bytes would cost 3x
+   too (U+FFFD is 3 bytes), so a run of U+FFFD longer than any href
+   :func:`normalize` accepts (``4 * max_url_length``, at least 4096) is fed
+   cut to that length: a body of NULs or 0xff costs next to nothing. That
+   changes no link: an href holding such a run is refused as too long either
+   way, and names and directives compare equal or not either way. (Only
+   pathological pages can tell: the ``base`` reported when ``<base href>``
+   holds such a run, an attribute value past libxml2's 10 MB limit no longer
+   stopping the parse, and hrefs that differ only in the length of such a
+   run counting once.) A tree costs ~120 bytes per tag, so the fast path is
+   taken only when ``len(data) + _NODE_BYTES * data.count(b"<")`` is at most
+   ``_TREE_MAX_COST``. ``reserve``, if given, is called with each amount
+   before the parse holds it (the pieces, the tree's estimate): a caller
+   with a memory budget may make the thread wait there
+   (crawler.run.budget). Not bounded here: libxml2 keeps a stack entry per
+   open element (a page of unclosed ``<div>`` costs ~2.6x), and lxml keeps
+   one dictionary of tag and attribute names per thread, for good.
+   Measured by tools/measure_parse_memory.py (docs/HOSTILE.md, "Memory").
 
 Thread safety: a streaming parse builds its own parser; a tree parse borrows an idle
 parser from a free list (one parse per parser at a time).
@@ -70,7 +94,8 @@ from typing import Any
 from lxml import etree
 
 from ..exceptions import URLError
-from .urls import DEFAULT_MAX_URL_LENGTH, normalize
+from ._decode import MIN_RUN, Reserve, to_utf8, utf8_pieces
+from .urls import _INPUT_SLACK, DEFAULT_MAX_URL_LENGTH, normalize
 
 __all__ = [
     "DEFAULT_MAX_LINKS",
@@ -78,8 +103,10 @@ __all__ = [
     "DEFAULT_ROBOTS_META_NAMES",
     "HTML_TYPES",
     "PageLinks",
+    "Reserve",
     "extract",
     "is_html",
+    "parse_bound",
     "robots_directives",
     "sniff_charset",
 ]
@@ -100,6 +127,14 @@ _UNLIMITED = 1 << 40
 # Pages up to this size are parsed into a tree first (the GIL is released while
 # libxml2 parses; ~2x less CPU than the target). Larger ones always stream.
 _TREE_MAX_BYTES = 1 << 20
+# A tree costs about this much per tag (libxml2's nodes, attributes, text nodes;
+# measured ~125 on a page of <br>s); a page whose estimate passes _TREE_MAX_COST
+# streams instead (a 1 MiB page of bare tags would cost ~33 MB as a tree).
+_NODE_BYTES = 128
+_TREE_MAX_COST = 8 << 20
+# A small body decoded whole holds its text (up to 4 bytes a character, one copy
+# replaced) and then its UTF-8 (3): reserved as this many times the body.
+_SMALL_DECODE = 8
 # A wanted tag after </html>: a tree drops it, the target parser keeps it.
 _AFTER_END = re.compile(rb"</html.*<(?:a|area|base|meta|frame|iframe)[\s/>]", re.I | re.S)
 # Idle tree parsers (a parser serves one parse at a time; list pop/append are atomic).
@@ -231,16 +266,28 @@ def extract(
     max_url_length: int = DEFAULT_MAX_URL_LENGTH,
     follow_rel_nofollow: bool = False,
     robots_meta_names: Iterable[str] = DEFAULT_ROBOTS_META_NAMES,
+    reserve: Reserve | None = None,
 ) -> PageLinks:
     """The links of the HTML page ``body`` fetched from ``url``.
 
     ``url`` is the page's (final) URL; an invalid one raises URLError. Any
-    body gives a result, possibly empty. Thread-safe (a parser per call).
+    body gives a result, possibly empty. ``reserve(n)`` is called before the
+    parse holds ``n`` more bytes (module doc, *Memory*); it may block.
+    Thread-safe (a parser per call).
     """
     page = normalize(url, max_length=_UNLIMITED)
     charset = sniff_charset(content_type, body)
-    data = _to_utf8(body, charset)
-    items, truncated, complete = _scan(data, max(max_links * _RAW_FACTOR, 64))
+    cap = max(max_links * _RAW_FACTOR, 64)
+    # U+FFFD runs are cut past any href normalize() accepts (it refuses raw input longer
+    # than that at once): no link changes (module doc, Memory)
+    run = max(_INPUT_SLACK * max_url_length + 1, MIN_RUN)
+    reserve = reserve or _no_reserve
+    if len(body) <= _TREE_MAX_BYTES:  # small: whole, so the tree may be tried
+        reserve(_SMALL_DECODE * len(body))  # its text and UTF-8 copies, for a moment
+        data = to_utf8(body, charset, run)
+        items, truncated, complete = _scan(data, cap, reserve)
+    else:
+        items, truncated, complete = _scan_target(utf8_pieces(body, charset, run, reserve), cap)
     if not complete:
         log.debug("%s: parse stopped at a libxml2 resource limit; later links are lost", page)
     return _collect(items, page, charset, max_links=max_links,
@@ -248,13 +295,18 @@ def extract(
                     meta_names={n.lower() for n in robots_meta_names}, truncated=truncated)
 
 
-def _to_utf8(body: bytes, charset: str) -> bytes:
-    text = body.decode(charset, "replace")
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    if "\x00" in text:
-        text = text.replace("\x00", "\ufffd")
-    return text.encode("utf-8", "replace")
+def parse_bound(size: int) -> int:
+    """The most :func:`extract` asks ``reserve`` for in all, for a body of ``size``
+    bytes: UTF-8 is at most 3 bytes a body byte; a small body is decoded whole
+    (``_SMALL_DECODE``) and tried as a tree (``_TREE_MAX_COST``) before it may
+    stream (3x more)."""
+    if size > _TREE_MAX_BYTES:
+        return 3 * size
+    return (_SMALL_DECODE + 3) * size + _TREE_MAX_COST
+
+
+def _no_reserve(n: int) -> None:
+    return None
 
 
 # An item is (tag, first, second): base -> href; meta -> name, content;
@@ -292,12 +344,17 @@ class _Collector:
         return None
 
 
-def _scan(data: bytes, cap: int) -> tuple[list[Item], bool, bool]:
+def _scan(data: bytes, cap: int,
+          reserve: Reserve = _no_reserve) -> tuple[list[Item], bool, bool]:
     """(distinct wanted start tags in document order, over ``cap``, read to the end)."""
     if len(data) <= _TREE_MAX_BYTES:
-        found = _scan_tree(data, cap)
-        if found is not None:
-            return found
+        cost = len(data) + _NODE_BYTES * data.count(b"<")
+        if cost <= _TREE_MAX_COST:
+            reserve(cost)
+            found = _scan_tree(data, cap)
+            if found is not None:
+                return found
+    reserve(len(data))  # libxml2's copy of what it is fed
     return _scan_target(data, cap)
 
 
@@ -333,14 +390,18 @@ def _scan_tree(data: bytes, cap: int) -> tuple[list[Item], bool, bool] | None:
         _TREE_PARSERS.append(parser)
 
 
-def _scan_target(data: bytes, cap: int) -> tuple[list[Item], bool, bool]:
+def _scan_target(data: bytes | Iterable[bytes], cap: int) -> tuple[list[Item], bool, bool]:
+    """The streaming parser over ``data``: a whole UTF-8 page, or its pieces."""
     collector = _Collector(cap)
     parser = etree.HTMLParser(encoding="utf-8", recover=True, no_network=True, huge_tree=False,
                               remove_comments=True, remove_pis=True, collect_ids=False,
                               target=collector)
+    if isinstance(data, bytes):
+        whole = data
+        data = (whole[i:i + _CHUNK] for i in range(0, len(whole), _CHUNK))
     try:
-        for i in range(0, len(data), _CHUNK):
-            parser.feed(data[i:i + _CHUNK])
+        for piece in data:
+            parser.feed(piece)
         parser.close()
     except (etree.LxmlError, ValueError):
         pass  # "no element found" on an empty body; recover=True covers the rest

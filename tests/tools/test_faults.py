@@ -123,6 +123,16 @@ class TestResponseFaults:
         assert len(d.decompress(wire, 1 << 20)) == 1 << 20  # a limit is hit, not the end
         assert len(gzip.decompress(wire)) == 32 << 20
 
+    @pytest.mark.parametrize("byte", [0, 255])
+    def test_nul_body(self, make_testweb, byte: int) -> None:  # type: ignore[no-untyped-def]
+        w = make_testweb(pages=5, hosts=1, faults=[fault("nul_body", size=3 << 20, byte=byte)])
+        r = w.session().get(w.url("h0.test", "/x/nul_body/1"), timeout=TIMEOUT, stream=True)
+        assert r.headers["Content-Encoding"] == "gzip"
+        assert r.headers["Content-Type"].startswith("text/html")
+        wire = r.raw.read(decode_content=False)
+        assert len(wire) == int(r.headers["Content-Length"]) < (3 << 20) // 500
+        assert gzip.decompress(wire) == bytes([byte]) * (3 << 20)
+
     def test_429_then_page(self, web: TestWeb, http: requests.Session) -> None:
         for _ in range(2):
             r = get(web, http, "/x/status_429/1")

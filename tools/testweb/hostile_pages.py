@@ -39,10 +39,11 @@ def filler(size: int) -> bytes:
 
 
 @lru_cache(maxsize=4)
-def gzip_bomb(size: int) -> bytes:
-    """A gzip member that decodes to ``size`` spaces (about 1000:1)."""
+def gzip_bomb(size: int, fill: int = 0x20) -> bytes:
+    """A gzip member that decodes to ``size`` bytes of value ``fill``, spaces by
+    default (about 1000:1)."""
     comp = zlib.compressobj(9, zlib.DEFLATED, 31)
-    block = b" " * (1 << 20)
+    block = bytes([fill]) * (1 << 20)
     out = []
     left = size
     while left > 0:
@@ -59,7 +60,7 @@ def apply_response_fault(site: Site, host: str, node: Node, f: Fault) -> Node:
         return node.but(delivery=f, fault=kind)
     if kind in ("slow_drip", "reset"):
         return Node(200, body=filler(int(f.num("size"))), delivery=f, fault=kind)
-    if kind in ("huge_body", "gzip_bomb"):
+    if kind in ("huge_body", "gzip_bomb", "nul_body"):
         return Node(200, body=b"", delivery=f, fault=kind)
     if kind in ("status_429", "status_503"):
         times = int(f.num("times"))

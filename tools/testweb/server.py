@@ -326,7 +326,8 @@ class WebServer:
         if node.raw_location is not None:
             headers.append(("Location", node.raw_location))
         headers.extend(node.headers)
-        if f is not None and f.kind in ("slow_drip", "reset", "huge_body", "gzip_bomb"):
+        if f is not None and f.kind in ("slow_drip", "reset", "huge_body", "gzip_bomb",
+                                        "nul_body"):
             return await self._stream(writer, rec, node, f, headers, keep, head_only)
         if node.lazy is not None:
             body = await asyncio.to_thread(site.body, rec.host, node)
@@ -392,8 +393,9 @@ class WebServer:
         length: int | None = len(body)
         if kind == "huge_body":
             length = None if f.get("chunked") else int(f.num("size"))
-        elif kind == "gzip_bomb":
-            body = await asyncio.to_thread(gzip_bomb, int(f.num("size")))
+        elif kind in ("gzip_bomb", "nul_body"):
+            fill = int(f.num("byte")) if kind == "nul_body" else 0x20
+            body = await asyncio.to_thread(gzip_bomb, int(f.num("size")), fill)
             length = len(body)
             headers.append(("Content-Encoding", "gzip"))
         rec.status = node.status
@@ -449,7 +451,7 @@ class WebServer:
                     await writer.drain()
                 if length is None:
                     writer.write(b"0\r\n\r\n")
-            else:  # gzip_bomb
+            else:  # gzip_bomb, nul_body
                 rec.bytes = len(body)
                 rec.end = time.time()
                 writer.write(body)
