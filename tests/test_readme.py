@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import urllib.request
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -400,6 +401,17 @@ def _json_lines(res: Result, m: re.Match[str], run: _Run) -> str | None:
     return None
 
 
+def _wacz_package(res: Result, m: re.Match[str], run: _Run) -> str | None:
+    try:
+        with zipfile.ZipFile(run.workdir / m.group(1)) as z:
+            package = json.loads(z.read("datapackage.json"))
+    except (zipfile.BadZipFile, KeyError) as exc:
+        return f"{m.group(1)}: not a WACZ: {exc}"
+    if package.get("wacz_version") != "1.1.1":
+        return f"{m.group(1)}: no WACZ 1.1.1 datapackage.json"
+    return None
+
+
 def _html_file(res: Result, m: re.Match[str], run: _Run) -> str | None:
     path = run.workdir / m.group(1)
     if not path.is_file() or b"<html" not in path.read_bytes()[:1000].lower():
@@ -421,6 +433,7 @@ OUTPUT_CHECKS: list[tuple[re.Pattern[str], Callable[[Result, re.Match[str], _Run
     (re.compile(r"^python -m crawler status "), _says_state),
     (re.compile(r"^python -m crawler export .*--warc "), _warcs_check),
     (re.compile(r"^python -m crawler export .*--jsonl (\S+)"), _json_lines),
+    (re.compile(r"^python -m crawler export .*--wacz (\S+)"), _wacz_package),
     (re.compile(r"^python -m crawler report .*--out (\S+\.html)"), _html_file),
     (re.compile(r"^python -m kvstore dump .*> (\S+)"), _dump_lines),
 ]
