@@ -32,6 +32,10 @@ DEFAULT_TOTAL_TIMEOUT = 60.0  # connect to last byte: what bounds a slow drip
 DEFAULT_DNS_TIMEOUT = 5.0  # one lookup, every retry included
 DEFAULT_MAX_BODY_BYTES = 10 << 20  # on the wire
 DEFAULT_MAX_DECODED_BYTES = 20 << 20  # after gzip/deflate
+# Bytes of response bodies and parse buffers a shard holds at once (crawler.run.budget);
+# None: twice what the largest page may hold (crawler.run.engine.largest_lease: its
+# body, its parse, its record; 165 MiB with the default limits).
+DEFAULT_MEMORY_BUDGET = None
 # Sitemaps' limit and what most servers accept; longer links are dropped, not recorded.
 DEFAULT_MAX_URL_LENGTH = 2048
 DEFAULT_STACK_SIZE = 256 * 1024
@@ -45,6 +49,75 @@ DEFAULT_RENDER_BROWSER = "chromium"
 # /sitemap.xml ("all"), only the lines ("robots"), or none ("off").
 SITEMAP_MODES = ("all", "robots", "off")
 DEFAULT_SITEMAPS = "all"
+
+
+# -- bounds -----------------------------------------------------------------------------
+# Every number an option takes has a range; docs/BOUNDS.md gives each one's reason. The
+# command line refuses a value outside (a usage error, before anything is written) and
+# so does a resume that reads one back from a crawl's settings.json (naming the file).
+
+# Fetch threads of one shard process (--threads is split over the shards). A thread costs
+# a 256 KiB stack (reserved) and some 20-90 KiB resident (README: 5,000 threads in 471 MB
+# over 2 shards); starting 10,000 takes seconds, and past a few thousand the switches
+# under one GIL cost more CPU per page than the fetches. Twice the original's 5,000.
+MAX_THREADS_PER_SHARD = 10_000
+# Shard processes on one machine (--processes): a shard is at most about one core (the
+# GIL) and 60-90 MB at rest, so more processes than cores add memory, not speed.
+MAX_PROCESSES = 64
+# Shards of a crawl on Ray (--shards), and the most a shards.json may record: docs/SCALE.md
+# plans 800 for 10^9 pages on 100 nodes; the driver asks each for a report every round.
+MAX_SHARDS = 1_024
+# A limit that only ends something sooner (--max-pages, --max-pages-per-host, pages
+# --limit, rank --top): 1,000x the 10^9 pages of docs/SCALE.md; more is a typo.
+MAX_COUNT = 10**12
+# --max-depth: depths are remembered in two bytes (crawler.state.depths.MAX_TRACKED_DEPTH).
+MAX_DEPTH = 32_767
+# Any option in seconds (delays, timeouts, intervals, backoffs): a day. A longer wait is a
+# stalled crawl, and Python's waits overflow on numbers far past it (threading.TIMEOUT_MAX).
+MAX_SECONDS = 86_400.0
+# --revisit-after and recrawl --older-than: ten years (a page comes back at most 8 AGE
+# after its fetch, and its due time must fit the due store).
+MAX_AGE = 3_650 * 86_400.0
+# Retries of one URL: each is another request to a server that is failing.
+MAX_RETRIES = 10
+# Redirect hops: Chrome and Firefox give up after 20, so a longer chain reaches no reader.
+MAX_REDIRECTS = 20
+# A link's length: at least a scheme and a host; at most 64 KiB, 8x what common servers
+# take in a request line (Apache's 8,190 bytes, nginx's 8 KiB buffers).
+MIN_URL_LENGTH = 16
+MAX_URL_LENGTH = 65_536
+# Body bytes (on the wire, decoded): a page record (its body compressed, its links and
+# headers, a rendered DOM) is one kvstore value, and those stop at 64 MiB.
+MAX_BODY_BYTES = 32 << 20
+# Tabs of the rendering browser: each is a renderer process of 50-200 MB.
+MAX_RENDER_TABS = 64
+# A tab's JavaScript heap in MiB: Chromium's V8 compresses pointers, which caps a heap at 4 GiB.
+MIN_RENDER_MEMORY = 16
+MAX_RENDER_MEMORY = 4_096
+# The read commands. rank: PageRank at 0.85 reaches 1e-9 in ~130 iterations; a block costs
+# ~35 B a node (2^27: 4.4 GiB) and a step ~300 B an edge (2^24: 4.7 GiB). report and serve:
+# every list is kept and drawn whole. export: a WARC file past 1 TiB is no split at all.
+MAX_RANK_ITERATIONS = 10_000
+MAX_BLOCK_NODES = 1 << 27
+MAX_CHUNK = 1 << 24
+MAX_REPORT_ROWS = 10_000
+MAX_REFERRERS = 10_000
+MAX_WARC_SIZE = 1 << 40
+
+
+def header_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an HTTP header value, or None. Printable ASCII only
+    (RFC 9110 5.5): a CR or LF would end the header and start another (and every request
+    would then fail), and http.client cannot send what Latin-1 does not encode."""
+    if not value.strip():
+        return "it is empty"
+    for i, ch in enumerate(value):
+        if not " " <= ch <= "~":
+            kind = "a control character" if ch.isascii() or not ch.isprintable() else (
+                "a character that is not ASCII")
+            return (f"it holds {kind} (U+{ord(ch):04X}) at position {i}: a header value "
+                    "is printable ASCII, with no line breaks")
+    return None
 
 
 # A --store-types entry: type/subtype, type/*, or *.
@@ -89,6 +162,7 @@ class CrawlerConfig:
     dns_timeout: float = DEFAULT_DNS_TIMEOUT
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
+    memory_budget: int | None = DEFAULT_MEMORY_BUDGET
     max_url_length: int = DEFAULT_MAX_URL_LENGTH
     stack_size: int = DEFAULT_STACK_SIZE
     max_waiting: int = 0  # URLs held in memory waiting for their host; 0 = 16 per thread
@@ -110,6 +184,9 @@ class CrawlerConfig:
     def __post_init__(self) -> None:
         if self.threads < 1:
             raise ConfigError("--threads must be at least 1")
+        problem = header_problem(self.user_agent)
+        if problem:
+            raise ConfigError(f"--user-agent {self.user_agent[:200]!r}: {problem}")
         if self.per_host < 1:
             raise ConfigError("--per-host must be at least 1")
         if self.delay < 0:
@@ -138,6 +215,8 @@ class CrawlerConfig:
         if self.sitemaps not in SITEMAP_MODES:
             modes = ", ".join(SITEMAP_MODES)
             raise ConfigError(f"--sitemaps {self.sitemaps!r}: give one of {modes}")
+        if self.memory_budget is not None and self.memory_budget < 1:
+            raise ConfigError("--memory-budget must be at least 1 byte")
         if self.render_tabs < 1:
             raise ConfigError("--render-tabs must be at least 1")
         if not self.render_timeout > 0:

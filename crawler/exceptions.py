@@ -15,6 +15,12 @@ class ConfigError(CrawlerError, ValueError):
     """An invalid setting (bad seed URL, negative limit, unreadable CA bundle...)."""
 
 
+class UsageError(ConfigError):
+    """An option whose value is fine alone but not with this crawl (``--threads`` more
+    than its shards may have): a usage error, exit status 2, found before anything is
+    written."""
+
+
 class URLError(CrawlerError, ValueError):
     """A URL that cannot be crawled: not http/https, unparsable, too long, bad host."""
 

@@ -13,8 +13,9 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from ..exceptions import CrawlerError
-from ._common import DefaultsFormatter
+from ..exceptions import CrawlerError, UsageError
+from ..read.display import printable
+from ._common import DefaultsFormatter, Parser
 
 # Each command's module, in the order ``--help`` lists them. A module adds its own
 # commands (``add_parsers``) and names them in its ``COMMANDS`` table; a test holds
@@ -44,9 +45,7 @@ def command_modules(argv: Sequence[str] | None = None) -> list[ModuleType]:
 
 
 def build_parser(modules: Sequence[ModuleType] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m crawler", description="A single-PC web crawler on kvstore."
-    )
+    parser = Parser(prog="python -m crawler", description="A single-PC web crawler on kvstore.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in modules if modules is not None else command_modules():
         module.add_parsers(sub)
@@ -82,5 +81,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # OSError: what no command foresaw (a disk error...): one line, not a trace
         if not isinstance(exc, (CrawlerError, OSError, *_store_errors())):
             raise
-        print(f"crawler: error: {exc}", file=sys.stderr)
-        return 1
+        # printable: a message may quote a damaged file or a value typed with a newline
+        print(f"crawler: error: {printable(str(exc))}", file=sys.stderr)
+        return 2 if isinstance(exc, UsageError) else 1

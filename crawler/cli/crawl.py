@@ -9,31 +9,23 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from ..config import CrawlerConfig
-from ..exceptions import CrawlerError, ShardCountError, URLError
+from ..config import MAX_PROCESSES, MAX_SHARDS, MAX_THREADS_PER_SHARD, CrawlerConfig
+from ..exceptions import CrawlerError, DataDirError, ShardCountError, URLError, UsageError
 from ..run.hints import explain
 from ..run.status import live_pid, record_end
 from ..state.settings import SETTINGS_NAME, load_settings, save_settings, settings_path
-from ..state.shards import open_layout, read_count
+from ..state.shards import default_count, open_layout, read_count
 from ..web.urls import normalize, origin
 from . import raystart, startopts
+from ._common import count
 
 log = logging.getLogger(__name__)
 
 SEEDS_NAME = "seeds.txt"
-
-
-def _processes(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--processes must be a whole number >= 1, not {value!r}")
-    return n
 
 
 def add_parsers(sub: Any) -> None:
@@ -60,11 +52,11 @@ def add_parsers(sub: Any) -> None:
     )
     start.add_argument(
         "--processes",
-        type=_processes,
+        type=count(1, MAX_PROCESSES),
         metavar="N",
         help="shards, one process each, each owning the hosts that hash to it "
         "(default: the number the crawl was created with; for a new crawl, one per CPU). "
-        "1: one process, no supervisor. See docs/SHARDS.md",
+        f"1: one process, no supervisor; at most {MAX_PROCESSES}. See docs/SHARDS.md",
     )
     start.add_argument(
         "--max-pages",
@@ -81,7 +73,7 @@ def add_parsers(sub: Any) -> None:
     )
     start.add_argument(
         "--shards",
-        type=startopts.whole(1),
+        type=count(1, MAX_SHARDS),
         metavar="N",
         help="with --ray: how many shard actors (default as for --processes)",
     )
@@ -124,11 +116,27 @@ def _normalized_seeds(args: argparse.Namespace) -> list[str]:
 
 
 def _read_seeds(data_dir: str) -> list[str]:
+    """The seeds a crawl keeps (seeds.txt); DataDirError naming the file (and the line)
+    when it cannot be read or holds something that is not a seed URL."""
     path = os.path.join(data_dir, SEEDS_NAME)
-    if not os.path.exists(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
         return []
-    with open(path, encoding="utf-8") as f:
-        return [line.strip() for line in f if line.strip()]
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8 (not a text file)
+        raise DataDirError(f"{path}: unreadable ({exc}): fix or delete it") from None
+    seeds = []
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                normalize(line.strip(), max_length=2048)
+            except URLError as exc:
+                why = _SEED_REASONS.get(exc.reason, exc.reason)
+                raise DataDirError(f"{path}:{n}: not a seed URL ({why}): fix or delete the "
+                                   "line") from None
+            seeds.append(line.strip())
+    return seeds
 
 
 # What a crawl directory holds; a non-empty directory with none of it is not one.
@@ -174,6 +182,13 @@ def kvstore_files(names: set[str]) -> bool:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    # Ctrl-C and SIGTERM from the first line: a signal while the crawl is starting (its
+    # files written, its stores opening, its shards and threads starting) stops it too.
+    with Interrupts() as interrupts:
+        return _start(args, interrupts)
+
+
+def _start(args: argparse.Namespace, interrupts: Interrupts) -> int:
     level = logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(
         level=level,
@@ -186,16 +201,22 @@ def cmd_start(args: argparse.Namespace) -> int:
     wanted = raystart.check_args(args, data_dir)
     recorded = read_count(data_dir)
     if recorded is not None and wanted not in (None, recorded):
-        print(f"crawler: error: {ShardCountError(data_dir, recorded, wanted)}",
-              file=sys.stderr)
-        return 2  # a usage error: the option does not fit this crawl
+        raise UsageError(str(ShardCountError(data_dir, recorded, wanted)))
+    shards = recorded if recorded is not None else wanted or default_count()
+    if not args.ray and shards > MAX_PROCESSES:
+        raise UsageError(f"--data {data_dir}: this crawl has {shards} shards, more than the "
+                         f"{MAX_PROCESSES} processes one machine runs: resume it with --ray")
     live = live_pid(data_dir)
     if live is not None:  # the stores' lock would refuse too, but after settings were saved
         raise CrawlerError(
             f"--data {data_dir}: a crawl is running on it (pid {live}): stop it first"
         )
     saved = load_settings(data_dir) if os.path.isdir(data_dir) else None
-    settings, changes = startopts.merge(saved, startopts.given_options(args))
+    if saved is not None:
+        startopts.check_saved(saved, settings_path(data_dir))
+    given = startopts.given_options(args)
+    settings, changes = startopts.merge(saved, given)
+    _check_threads(settings["threads"], shards, "threads" in given, settings_path(data_dir))
     if settings["ca_bundle"] and not os.access(settings["ca_bundle"], os.R_OK):
         raise CrawlerError(f"--ca-bundle {settings['ca_bundle']}: no such readable file")
     old_seeds = _read_seeds(data_dir)
@@ -210,6 +231,10 @@ def cmd_start(args: argparse.Namespace) -> int:
         scope_hosts=frozenset(origin(s)[1] for s in all_seeds),
         **startopts.config_fields(settings),
     )
+    if interrupts.signals:  # before anything is written: there is nothing to stop
+        print("crawler: interrupted before the crawl started: nothing written",
+              file=sys.stderr)
+        return interrupts.code
     try:
         os.makedirs(data_dir, exist_ok=True)
     except OSError as exc:
@@ -222,12 +247,68 @@ def cmd_start(args: argparse.Namespace) -> int:
     if new_seeds:
         with open(os.path.join(data_dir, SEEDS_NAME), "a", encoding="utf-8") as f:
             f.write("".join(s + "\n" for s in new_seeds))
-    count = open_layout(data_dir, wanted)
+    shards = open_layout(data_dir, wanted)
     # Every seed is offered again (dedup skips those admitted): a first run killed
     # before its seeds reached PendDB must not leave a crawl with nothing to do.
-    if count == 1 and not args.ray:
-        return _start_one(config, all_seeds)
-    return _start_shards(config, count, all_seeds, level, args.ray)
+    if shards == 1 and not args.ray:
+        return _start_one(config, all_seeds, interrupts)
+    return _start_shards(config, shards, all_seeds, level, args.ray, interrupts)
+
+
+def _check_threads(threads: int, shards: int, given: bool, settings_file: str) -> None:
+    """Refuse more threads than MAX_THREADS_PER_SHARD in a shard's share: a usage error
+    when typed now, the settings file's when read back from it."""
+    if -(-threads // shards) <= MAX_THREADS_PER_SHARD:
+        return
+    most = MAX_THREADS_PER_SHARD * shards
+    why = (f"at most {MAX_THREADS_PER_SHARD:,} a shard process, so {most:,} for {shards} "
+           "shard(s) (docs/BOUNDS.md says why)")
+    if given:
+        raise UsageError(f"--threads {threads}: {why}")
+    raise DataDirError(f"{settings_file}: setting 'threads': {threads}: {why}: fix or delete it")
+
+
+class Interrupts:
+    """SIGINT and SIGTERM while ``start`` runs (a context manager: the handlers it found
+    come back at its end). The first signal asks for a clean stop of what runs by then:
+    nothing yet, the engine or the supervisor (:meth:`attach`); a second one exits at
+    once, which is as safe as a kill -9 (every write is crash-safe)."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+        self._stop: Callable[[], None] | None = None
+        self._kill: Callable[[], None] | None = None
+        self._before: dict[int, Any] = {}
+
+    def __enter__(self) -> Interrupts:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._before[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._before.items():
+            signal.signal(signum, handler)
+
+    @property
+    def code(self) -> int:
+        """The exit status of a run stopped by the first signal (130, 143)."""
+        return 128 + self.signals[0]
+
+    def attach(self, stop: Callable[[], None], kill: Callable[[], None] | None = None) -> None:
+        """What a signal stops from now on; a signal that came before stops it now."""
+        self._stop, self._kill = stop, kill
+        if self.signals:
+            stop()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.signals:
+            if self._kill is not None:
+                self._kill()  # as safe as a kill -9 of every shard
+            os._exit(128 + signum)
+        self.signals.append(signum)
+        print("crawler: stopping (press Ctrl-C again to stop at once)", file=sys.stderr)
+        if self._stop is not None:
+            self._stop()
 
 
 # How a run ended: the key status.json keeps, and the words of the summary line.
@@ -250,24 +331,28 @@ def _print_summary(state: str, summary: dict[str, Any], data_dir: str) -> None:
         print(f"crawler: to resume: python -m crawler start --data {data_dir}", file=sys.stderr)
 
 
-def _start_one(config: CrawlerConfig, seeds: list[str]) -> int:
+def _stopped_before_start(data_dir: str, interrupts: Interrupts) -> int:
+    """A signal came while the crawl was starting, before any fetch: say so, as a run
+    that was interrupted (status.json too), and exit with its status."""
+    record_end(data_dir, "interrupted")
+    summary = {"complete": False, "fetched": 0, "seconds": 0.0, "pages_per_s": 0.0,
+               "outcomes": {}}
+    _print_summary(_ENDS["interrupted"], summary, data_dir)
+    return interrupts.code
+
+
+def _start_one(config: CrawlerConfig, seeds: list[str], interrupts: Interrupts) -> int:
     """One process, no supervisor: the crawl directory is the shard's."""
+    if interrupts.signals:
+        return _stopped_before_start(config.data_dir, interrupts)
     from ..run.engine import Engine
 
     engine = Engine(config)
+    if interrupts.signals:  # while the stores opened: close them, fetch nothing
+        engine.close()
+        return _stopped_before_start(config.data_dir, interrupts)
+    interrupts.attach(engine.stop)
     engine.add_seeds(seeds)
-    interrupted: list[int] = []
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        if interrupted:
-            # Everything written so far is crash-safe: stopping now is like a kill -9.
-            os._exit(128 + signum)
-        interrupted.append(signum)
-        print("crawler: stopping (press Ctrl-C again to stop at once)", file=sys.stderr)
-        engine.stop()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
     started = time.monotonic()
     try:
         complete = engine.run()
@@ -282,19 +367,22 @@ def _start_one(config: CrawlerConfig, seeds: list[str]) -> int:
         "pages_per_s": round(engine.fetched / max(elapsed, 1e-9), 1),
         "outcomes": dict(sorted(engine.outcomes.items())),
     }
-    end = "complete" if complete else ("interrupted" if interrupted else "limit")
+    end = "complete" if complete else ("interrupted" if interrupts.signals else "limit")
     record_end(config.data_dir, end)
     _print_summary(_ENDS[end], summary, config.data_dir)
-    if interrupted:
-        return 128 + interrupted[0]
+    if interrupts.signals:
+        return interrupts.code
     return 0
 
 
 def _start_shards(
-    config: CrawlerConfig, count: int, seeds: list[str], level: int, ray: str | None
+    config: CrawlerConfig, count: int, seeds: list[str], level: int, ray: str | None,
+    interrupts: Interrupts,
 ) -> int:
     """``count`` shard processes under this one, the supervisor (docs/SHARDS.md), or
     with ``ray``, ``count`` shard actors on that cluster (docs/RAY.md)."""
+    if interrupts.signals:
+        return _stopped_before_start(config.data_dir, interrupts)
     sup: Any
     if ray:
         from ..run.raydriver import RayDriver
@@ -304,18 +392,7 @@ def _start_shards(
         from ..run.supervisor import Supervisor
 
         sup = Supervisor(config, count, seeds, log_level=level)
-    interrupted: list[int] = []
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        if interrupted:
-            sup.kill()  # as safe as a kill -9 of every shard
-            os._exit(128 + signum)
-        interrupted.append(signum)
-        print("crawler: stopping (press Ctrl-C again to stop at once)", file=sys.stderr)
-        sup.stop()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    interrupts.attach(sup.stop, sup.kill)  # a signal before: the supervisor starts no shard
     result = sup.run()
     summary = {
         "complete": result.complete,
@@ -329,11 +406,11 @@ def _start_shards(
     if result.error:
         record_end(config.data_dir, "failed")
         raise CrawlerError(result.error)
-    end = "interrupted" if interrupted else _END_OF.get(result.state, "failed")
+    end = "interrupted" if interrupts.signals else _END_OF.get(result.state, "failed")
     record_end(config.data_dir, end)
     _print_summary(_ENDS[end], summary, config.data_dir)
-    if interrupted:
-        return 128 + interrupted[0]
+    if interrupts.signals:
+        return interrupts.code
     return 0
 
 

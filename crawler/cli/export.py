@@ -1,4 +1,4 @@
-"""The ``export`` command: a crawl's pages to WARC and/or JSON lines."""
+"""The ``export`` command: a crawl's pages to WARC, WACZ and/or JSON lines."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from .. import config as cfgmod
 from ..exceptions import CrawlerError
 from ..read.export import export
 from ..read.listing import DEFAULT_MAX_TEXT_CHARS
-from ..state.settings import load_settings
-from ._common import log_to_stderr, size, stdout_gone
+from ..state.settings import load_settings, settings_path
+from ._common import count, log_to_stderr, number, size_in, stdout_gone
 from .progress import DEFAULT_INTERVAL, Progress
+from .startopts import check_saved, header_value
 
 log = logging.getLogger(__name__)
 INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C (128 + SIGINT)
@@ -26,11 +27,13 @@ INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C (128 + SIG
 def add_parsers(sub: Any) -> None:
     export_p = sub.add_parser(
         "export",
-        help="export a crawl's pages to WARC and/or JSON lines",
+        help="export a crawl's pages to WARC, WACZ and/or JSON lines",
         description="Write every page record of a crawl (running or stopped: read-only, "
         "streaming) as WARC (warcinfo, then request/response records, revisits for repeated "
         "payloads, conversion records of browser-rendered DOMs, metadata records for URLs with no "
-        "answer) and/or JSON lines. "
+        "answer), as a WACZ package (those WARC records with a CDXJ index, a page list and "
+        "a datapackage.json with digests: a file replay tools such as pywb and "
+        "ReplayWeb.page open) and/or as JSON lines. "
         "The formats are described in docs/EXPORT.md. Every file is logged as it is "
         "finished (name, records, bytes) and the last line on stdout lists the files written "
         "(on stderr when --jsonl - takes stdout). Progress (percentage, rate, time left) goes "
@@ -48,8 +51,13 @@ def add_parsers(sub: Any) -> None:
         "(gzip per record if it ends in .gz)",
     )
     export_p.add_argument(
+        "--wacz", metavar="OUT.wacz",
+        help="WACZ 1.1.1 output: the WARC records (one WARC, never split), a CDXJ index, "
+        "pages/pages.jsonl and datapackage.json with SHA-256 digests, in one ZIP",
+    )
+    export_p.add_argument(
         "--max-size",
-        type=size,
+        type=size_in(1, cfgmod.MAX_WARC_SIZE),
         metavar="BYTES",
         help="split the WARC: a new file once one reaches BYTES (K, M, G suffixes). The files "
         "are always numbered, OUT-00000.warc.gz, OUT-00001.warc.gz... (like wget "
@@ -63,13 +71,13 @@ def add_parsers(sub: Any) -> None:
     )
     export_p.add_argument(
         "--text-limit",
-        type=int,
+        type=count(1, cfgmod.MAX_BODY_BYTES),  # text is never longer than the stored body
         default=DEFAULT_MAX_TEXT_CHARS,
         metavar="CHARS",
         help="visible text kept per page",
     )
     export_p.add_argument(
-        "--user-agent",
+        "--user-agent", type=header_value,
         help="User-Agent of the rebuilt WARC request records (default: the one the crawl "
         "sent, from its settings.json; for a crawl without one, the crawler's default)",
     )
@@ -88,7 +96,7 @@ def add_parsers(sub: Any) -> None:
     )
     export_p.add_argument(
         "--progress-interval",
-        type=float,
+        type=number(0, cfgmod.MAX_SECONDS),
         default=DEFAULT_INTERVAL,
         metavar="S",
         help="seconds between progress lines when stderr is not a terminal (default: "
@@ -102,20 +110,25 @@ def add_parsers(sub: Any) -> None:
 def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Combinations argparse cannot express; parser.error exits 2."""
     if args.command == "export":
-        if not (args.warc or args.jsonl):
-            parser.error("export: give --warc OUT.warc.gz and/or --jsonl OUT.jsonl")
+        if not (args.warc or args.wacz or args.jsonl):
+            parser.error("export: give --warc OUT.warc.gz, --wacz OUT.wacz and/or "
+                         "--jsonl OUT.jsonl")
         if args.warc == "-":
             parser.error("export: --warc needs a file name (WARC is not written to stdout)")
+        if args.wacz is not None and not args.wacz.endswith(".wacz"):
+            parser.error("export: --wacz needs a name ending in .wacz (WACZ 1.1.1 requires "
+                         "the extension)")
         if args.max_size is not None and not args.warc:
             parser.error("export: --max-size splits the WARC output: give --warc")
         if args.text and not args.jsonl:
             parser.error("export: --text adds text to the JSONL output: give --jsonl")
-        if args.text_limit <= 0:
-            parser.error("export: --text-limit must be > 0")
-        if args.progress_interval < 0:
-            parser.error("export: --progress-interval cannot be negative")
-        if args.warc and args.jsonl and os.path.abspath(args.warc) == os.path.abspath(args.jsonl):
-            parser.error("export: --warc and --jsonl name the same file")
+        named = [(opt, os.path.abspath(value)) for opt, value in
+                 (("--warc", args.warc), ("--wacz", args.wacz), ("--jsonl", args.jsonl))
+                 if value and value != "-"]
+        for i, (opt, path) in enumerate(named):
+            for other, other_path in named[i + 1:]:
+                if path == other_path:
+                    parser.error(f"export: {opt} and {other} name the same file")
 
 
 _HINTS = {
@@ -147,10 +160,14 @@ def write_error(what: str, exc: OSError) -> str:
 
 
 def _crawl_user_agent(data_dir: str) -> str:
-    """The User-Agent the crawl sent (its saved settings), else the default."""
+    """The User-Agent the crawl sent (its saved settings, checked as a resume checks
+    them: it goes into the WARC's request records), else the default."""
     saved = load_settings(data_dir) if os.path.isdir(data_dir) else None
     agent = (saved or {}).get("user_agent")
-    return agent if isinstance(agent, str) and agent else cfgmod.DEFAULT_USER_AGENT
+    if agent is None:
+        return cfgmod.DEFAULT_USER_AGENT
+    check_saved({"user_agent": agent}, settings_path(data_dir))
+    return str(agent)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -165,6 +182,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             stats = export(
                 args.data,
                 warc=args.warc,
+                wacz=args.wacz,
                 jsonl=jsonl,
                 max_size=args.max_size,
                 text=args.text,

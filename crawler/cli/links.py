@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..exceptions import CrawlerError, URLError
+from ..read.display import printable, printable_json
 from ..read.linkgraph import Link, inlinks, outlinks
 from ..read.listing import CrawlReader
 from ..web.urls import normalize, url_key
@@ -38,7 +39,7 @@ def _line(direction: str, link: Link) -> str:
     flags = ",".join(f for f, on in (("redirect", link.redirect), ("nofollow", link.nofollow))
                      if on) or "-"
     status = "-" if link.status is None else str(link.status)
-    where = link.url if link.url is not None else f"key:{link.key.hex()}"
+    where = printable(link.url) if link.url is not None else f"key:{link.key.hex()}"
     return f"{direction}\t{status}\t{flags}\t{where}"
 
 
@@ -57,10 +58,10 @@ def cmd_links(args: argparse.Namespace) -> int:
             out = outlinks(reader, page)
             if args.json:
                 found = [] if args.no_inlinks else list(inlinks(reader, key))
-                print(json.dumps({"url": url, "status": page.status,
-                                  "outlinks": [link.as_dict() for link in out],
-                                  "inlinks": [link.as_dict() for link in found]},
-                                 ensure_ascii=False))
+                print(printable_json(json.dumps({
+                    "url": url, "status": page.status,
+                    "outlinks": [link.as_dict() for link in out],
+                    "inlinks": [link.as_dict() for link in found]}, ensure_ascii=False)))
             else:
                 for link in out:
                     print(_line("out", link))

@@ -9,14 +9,16 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from ..config import MAX_COUNT
 from ..exceptions import CrawlerError, URLError
+from ..read.display import printable, printable_json
 from ..read.export import page_object, rank_fields
 from ..read.linkgraph import inlink_counts
 from ..read.listing import CrawlReader, describe, host_filter, matches, page_line
 from ..read.rankstore import Rank, RankStore
 from ..state.pages import PageRecord
 from ..web.urls import normalize, url_key
-from ._common import log_to_stderr, stdout_gone
+from ._common import count, log_to_stderr, stdout_gone
 
 
 def add_parsers(sub: Any) -> None:
@@ -28,9 +30,10 @@ def add_parsers(sub: Any) -> None:
         epilog="example: python -m crawler pages crawl1 --status 404 --host h0.test --limit 20",
     )
     pages.add_argument("data", metavar="DIR", help="crawl data directory")
-    pages.add_argument("--status", type=int, metavar="CODE", help="only this status (0: failures)")
+    pages.add_argument("--status", type=count(0, 999), metavar="CODE",
+                       help="only this status (0: failures)")
     pages.add_argument("--host", metavar="HOST", help="only this host (or HOST:PORT)")
-    pages.add_argument("--limit", type=int, metavar="N", help="at most N lines")
+    pages.add_argument("--limit", type=count(0, MAX_COUNT), metavar="N", help="at most N lines")
     pages.add_argument("--inlinks", action="store_true",
                        help="add a column before the URL: how many records link or redirect "
                        "to the page (one extra pass over the crawl)")
@@ -62,12 +65,6 @@ def add_parsers(sub: Any) -> None:
     )
 
 
-def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Combinations argparse cannot express; parser.error exits 2."""
-    if args.command == "pages" and args.limit is not None and args.limit < 0:
-        parser.error("pages: --limit cannot be negative")
-
-
 def cmd_pages(args: argparse.Namespace) -> int:
     log_to_stderr(logging.WARNING)
     try:
@@ -93,15 +90,15 @@ def cmd_pages(args: argparse.Namespace) -> int:
                     obj["elapsed"] = page.elapsed
                     if n is not None:
                         obj["inlinks"] = n
-                    print(json.dumps(obj, ensure_ascii=False))
+                    print(printable_json(json.dumps(obj, ensure_ascii=False)))
                 else:
                     line = page_line(page)
                     extra = [] if n is None else [str(n)]
                     if args.sort == "rank":
                         extra.append("-" if rank is None else f"{rank.scaled:.2f}")
-                    if extra:  # the URL stays the last column
-                        cols = "\t".join(extra)
-                        line = f"{line[: len(line) - len(page.url)]}{cols}\t{page.url}"
+                    if extra:  # the URL stays the last column (no column holds a raw tab)
+                        head, _, url = line.rpartition("\t")
+                        line = "\t".join([head, *extra, url])
                     print(line)
                 shown += 1
             if store is not None:
@@ -154,10 +151,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             text = describe(page)
             head, sep, rest = text.partition("\nheaders:")
             if page.render:  # after the record's fields, before its headers
-                head += f"\n{'render:':<14}{page.render}\n{'dom_bytes:':<14}{len(page.dom)}"
+                head += (f"\n{'render:':<14}{printable(page.render)}"
+                         f"\n{'dom_bytes:':<14}{len(page.dom)}")
             if args.dom:  # the headers end at the first blank line (values hold no newline)
                 headers, _, _ = rest.partition("\n\n")
-                rest = headers + "\n\n" + page.dom.decode("utf-8", "replace")
+                dom = page.dom.decode("utf-8", "replace")
+                rest = headers + "\n\n" + printable(dom, keep="\n\t")
             if rank is not None:
                 head += (f"\n{'rank:':<14}{rank.scaled:.2f} (raw {rank.raw:.6g})"
                          f"\n{'inlinks:':<14}{rank.inlinks}")

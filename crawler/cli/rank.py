@@ -10,22 +10,23 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from ..config import (
+    MAX_BLOCK_NODES,
+    MAX_CHUNK,
+    MAX_COUNT,
+    MAX_RANK_ITERATIONS,
+    MAX_SECONDS,
+)
 from ..exceptions import CrawlerError
+from ..read.display import printable
 from ..read.graph import DEFAULT_BLOCK_NODES, DEFAULT_CHUNK
 from ..read.listing import CrawlReader
 from ..read.rank import DEFAULT_DAMPING, DEFAULT_MAX_ITER, DEFAULT_TOL, rank_crawl
 from ..read.rankstore import RankStore
 from ..state.pages import PageRecord
-from ._common import log_to_stderr, stdout_gone
+from ._common import count, log_to_stderr, number, stdout_gone
 from .export import INTERRUPTED, write_error
 from .progress import DEFAULT_INTERVAL, Callback, Convergence, Progress
-
-
-def _positive(value: str) -> int:
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return n
 
 
 def add_parsers(sub: Any) -> None:
@@ -41,23 +42,25 @@ def add_parsers(sub: Any) -> None:
         epilog="example: python -m crawler rank crawl1 --top 20",
     )
     rank.add_argument("data", metavar="DIR", help="crawl data directory")
-    rank.add_argument("--damping", type=float, default=DEFAULT_DAMPING, help="damping factor")
-    rank.add_argument("--tol", type=float, default=DEFAULT_TOL,
+    rank.add_argument("--damping", type=number(0, 1, above=True), default=DEFAULT_DAMPING,
+                      help="damping factor, less than 1")
+    rank.add_argument("--tol", type=number(0, 1, above=True), default=DEFAULT_TOL,
                       help="stop when the L1 change of an iteration is below this")
-    rank.add_argument("--max-iter", type=_positive, default=DEFAULT_MAX_ITER, metavar="N",
-                      help="stop after N iterations even if --tol is not reached")
-    rank.add_argument("--top", type=int, default=10, metavar="N",
+    rank.add_argument("--max-iter", type=count(1, MAX_RANK_ITERATIONS), default=DEFAULT_MAX_ITER,
+                      metavar="N", help="stop after N iterations even if --tol is not reached")
+    rank.add_argument("--top", type=count(0, MAX_COUNT), default=10, metavar="N",
                       help="print the N strongest pages (0: none)")
-    rank.add_argument("--block-nodes", type=_positive, default=DEFAULT_BLOCK_NODES,
+    rank.add_argument("--block-nodes", type=count(1, MAX_BLOCK_NODES), default=DEFAULT_BLOCK_NODES,
                       metavar="N", help="nodes per block: the memory bound is ~35 B x N "
                       "+ 24 B x --chunk")
-    rank.add_argument("--chunk", type=_positive, default=DEFAULT_CHUNK, metavar="N",
+    rank.add_argument("--chunk", type=count(1, MAX_CHUNK), default=DEFAULT_CHUNK, metavar="N",
                       help="edges per vectorized step")
     rank.add_argument("--work", metavar="TMPDIR",
                       help="an existing directory to build the graph in (a new directory "
                       "inside it, removed at the end; default: inside DIR)")
     rank.add_argument("--json", action="store_true", help="the summary as one JSON object")
-    rank.add_argument("--progress-interval", type=float, default=DEFAULT_INTERVAL, metavar="S",
+    rank.add_argument("--progress-interval", type=number(0, MAX_SECONDS), default=DEFAULT_INTERVAL,
+                      metavar="S",
                       help="seconds between progress lines when stderr is not a terminal "
                       "(default: %(default)s)")
     rank.add_argument("--quiet", action="store_true",
@@ -65,15 +68,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.command == "rank":
-        if not 0 < args.damping < 1:
-            parser.error("rank: --damping must be between 0 and 1")
-        if args.tol <= 0:
-            parser.error("rank: --tol must be > 0")
-        if args.top < 0:
-            parser.error("rank: --top cannot be negative")
-        if args.progress_interval < 0:
-            parser.error("rank: --progress-interval cannot be negative")
+    if args.command == "rank" and args.damping >= 1:  # its type takes 1 (the bound is open)
+        parser.error("rank: --damping must be less than 1")
 
 
 class _Counted:
@@ -131,7 +127,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
                   f"{result.delta:.3g} (tolerance {result.tol:g}), "
                   f"{result.seconds_per_iteration:.3f} s per iteration")
             for url, raw, scaled in top:
-                print(f"{scaled:7.2f}\t{raw:.6g}\t{url}")
+                print(f"{scaled:7.2f}\t{raw:.6g}\t{printable(url)}")
         sys.stdout.flush()
     except BrokenPipeError:
         return stdout_gone()

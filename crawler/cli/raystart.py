@@ -46,7 +46,7 @@ def placed_nodes(data_dir: str) -> list[str]:
     try:
         with open(os.path.join(data_dir, PLACEMENT_NAME), encoding="utf-8") as f:
             nodes = json.load(f).get("nodes", [])
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return []
     return [str(n) for n in nodes] if isinstance(nodes, list) else []
 

@@ -3,31 +3,32 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import ipaddress
 import json
 import logging
-import os
 import sys
 import threading
 from typing import Any
 
+from ..config import MAX_REFERRERS, MAX_REPORT_ROWS, MAX_SECONDS
 from ..exceptions import CrawlerError
 from ..read import charts
+from ..read._outfile import create, drop, publish
 from ..read.rank import DEFAULT_MAX_ITER, DEFAULT_TOL
 from ..read.report import DEFAULT_LIMIT, DEFAULT_REFERRERS, compute
 from ..read.reporthtml import render
-from ..read.serve import DEFAULT_INTERVAL, DEFAULT_PORT, DEFAULT_REFRESH, ReportServer
+from ..read.serve import DEFAULT_INTERVAL, DEFAULT_PORT, DEFAULT_REFRESH, HostRule, ReportServer
 from . import progress as progressmod
-from ._common import log_to_stderr
+from ._common import count, log_to_stderr, number
 from .export import INTERRUPTED, write_error
 
 
 def _common(p: Any) -> None:
     p.add_argument("data", metavar="DIR", help="crawl data directory")
-    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
+    p.add_argument("--limit", type=count(1, MAX_REPORT_ROWS), default=DEFAULT_LIMIT, metavar="N",
                    help="rows in each list (hosts, chains, broken links...)")
-    p.add_argument("--referrers", type=int, default=DEFAULT_REFERRERS, metavar="N",
+    p.add_argument("--referrers", type=count(0, MAX_REFERRERS), default=DEFAULT_REFERRERS,
+                   metavar="N",
                    help="pages shown per broken link target")
     p.add_argument("--no-rank", action="store_true", help="skip PageRank")
     p.add_argument("--work", metavar="TMPDIR", help="where the temporary graph is built")
@@ -48,7 +49,7 @@ def add_parsers(sub: Any) -> None:
     report.add_argument("--out", metavar="FILE", help="output file (default: stdout)")
     report.add_argument("--format", choices=("html", "json"), default="html",
                         help="one HTML file with inline charts, or the numbers as JSON")
-    report.add_argument("--progress-interval", type=float,
+    report.add_argument("--progress-interval", type=number(0, MAX_SECONDS),
                         default=progressmod.DEFAULT_INTERVAL, metavar="S",
                         help="seconds between progress lines when stderr is not a terminal "
                         "(default: %(default)s)")
@@ -65,28 +66,32 @@ def add_parsers(sub: Any) -> None:
         epilog="example: python -m crawler serve crawl1 --port 8765",
     )
     _common(serve)
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port (0: any free)")
+    serve.add_argument("--port", type=count(0, 65535), default=DEFAULT_PORT,
+                       help="TCP port (0: any free)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind (default 127.0.0.1: this machine only)")
-    serve.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, metavar="S",
+    serve.add_argument("--allow-host", action="append", default=[], metavar="NAME[:PORT]",
+                       help="also answer requests for this Host (repeatable): a name the "
+                       "machine is reached by, or NAME:PORT for a tunnel's port. Requests for "
+                       "other names get 421 (a guard against DNS rebinding); by default the "
+                       "loopback names, --host and, bound to 0.0.0.0, any address are answered")
+    serve.add_argument("--interval", type=number(0, MAX_SECONDS, above=True),
+                       default=DEFAULT_INTERVAL, metavar="S",
                        help="seconds between recomputations")
-    serve.add_argument("--refresh", type=int, default=DEFAULT_REFRESH, metavar="S",
+    serve.add_argument("--refresh", type=count(1, int(MAX_SECONDS)), default=DEFAULT_REFRESH,
+                       metavar="S",
                        help="seconds between reloads of the page")
 
 
 def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.command in ("report", "serve"):
-        if args.limit < 1 or args.referrers < 0:
-            parser.error(f"{args.command}: --limit must be >= 1 and --referrers >= 0")
+    """What the types cannot check (each number's range is its type's: docs/BOUNDS.md)."""
     if args.command == "report" and args.format == "html" and args.out == "-":
         args.out = None
-    if args.command == "report" and args.progress_interval < 0:
-        parser.error("report: --progress-interval cannot be negative")
     if args.command == "serve":
-        if not 0 <= args.port < 65536:
-            parser.error("serve: --port must be 0..65535")
-        if args.interval <= 0 or args.refresh < 1:
-            parser.error("serve: --interval must be > 0 and --refresh >= 1")
+        try:
+            HostRule.for_server(args.host, args.port, args.allow_host)
+        except ValueError as exc:
+            parser.error(f"serve: {exc}")
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -102,9 +107,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = None
     if args.out is not None:  # an output that cannot be written fails before the long part
         try:
-            if os.path.isdir(args.out):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), args.out)
-            out = open(args.out + ".part", "w", encoding="utf-8")  # noqa: SIM115 - below
+            out = create(args.out, "w")  # OUT.part, made exclusively, never through a link
         except OSError as exc:
             raise CrawlerError(write_error("cannot write the report", exc)) from exc
     try:
@@ -119,18 +122,16 @@ def cmd_report(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             return 0
         out.write(text)
-        out.close()
-        os.replace(args.out + ".part", args.out)
+        publish(out, args.out)
+        out = None
     except OSError as exc:
         raise CrawlerError(write_error("cannot write the report", exc)) from exc
     except KeyboardInterrupt:
         print("crawler: report interrupted: nothing written", file=sys.stderr)
         return INTERRUPTED
     finally:
-        if out is not None and not out.closed:
-            out.close()
-        if out is not None and os.path.exists(args.out + ".part"):
-            os.unlink(args.out + ".part")
+        if out is not None:  # not published: the .part goes
+            drop(out, args.out)
     logging.getLogger(__name__).info("report of %s written to %s", args.data, args.out)
     return 0
 
@@ -149,7 +150,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     args.host)
     try:
         server = ReportServer(args.data, host=args.host, port=args.port, interval=args.interval,
-                              refresh=args.refresh, **_options(args))
+                              refresh=args.refresh, allow_hosts=args.allow_host,
+                              **_options(args))
     except OSError as exc:
         raise CrawlerError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
     server.start()

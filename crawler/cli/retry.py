@@ -13,11 +13,12 @@ import shlex
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..exceptions import CrawlerError, DataDirError
+from ..exceptions import CrawlerError
+from ..read.display import printable
 from ..run.hints import REASONS, explain, resume_flags
 from ..run.supervisor import take_lock
 from ..state.retry import Selection, requeue
-from ..state.shards import read_count
+from ..state.shards import crawl_count
 from ._common import log_to_stderr
 
 _BAD_HOST = "bad_host:"
@@ -99,11 +100,7 @@ def locked_requeue(data: str, dry_run: bool, run: Callable[[], R]) -> R:
     """``run()`` (a requeue of the crawl in ``data``) after the directory's checks, under
     a sharded crawl's supervisor lock unless ``dry_run``: retry's and recrawl's start."""
     log_to_stderr(logging.WARNING)
-    if not os.path.isdir(data):
-        raise DataDirError(f"{data}: no such crawl directory")
-    count = read_count(data)
-    if count is None:
-        raise DataDirError(f"{data}: not a crawl directory (it has no main/)")
+    count = crawl_count(data)
     lock = _supervisor_lock(data) if count > 1 and not dry_run else None
     try:
         return run()
@@ -114,9 +111,9 @@ def locked_requeue(data: str, dry_run: bool, run: Callable[[], R]) -> R:
 
 def print_counts(counts: dict[str, int]) -> None:
     """A requeue's records by outcome, most first."""
-    width = max(len(k) for k in counts)
+    width = max(len(printable(k)) for k in counts)
     for key, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-        print(f"  {key:<{width}}  {n}")
+        print(f"  {printable(key):<{width}}  {n}")  # a key comes from a record
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -143,7 +140,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     for line in explain(report.counts, data, retry=False):
-        print(line)
+        print(printable(line))
     resume = " ".join(["python -m crawler start --data", shlex.quote(data),
                        *resume_flags(report.counts)])
     print(f"resume: {resume}")

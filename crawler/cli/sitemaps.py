@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from typing import Any
 
-from ..exceptions import CrawlerError
+from ..read.display import printable, printable_json
 from ..read.sitemaps import outcome, sitemap_records
+from ..state.shards import crawl_count
 from ._common import log_to_stderr, stdout_gone
 
 
@@ -34,18 +34,17 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_sitemaps(args: argparse.Namespace) -> int:
     log_to_stderr(logging.WARNING)
-    if not os.path.isdir(args.data):
-        raise CrawlerError(f"{args.data}: no such crawl directory")
+    crawl_count(args.data)  # a directory that holds no crawl is an error, not an empty list
     try:
         for rec in sorted(sitemap_records(args.data), key=lambda r: r["url"]):
             if args.json:
-                print(json.dumps(rec, ensure_ascii=False, sort_keys=True))
+                print(printable_json(json.dumps(rec, ensure_ascii=False, sort_keys=True)))
                 continue
-            print(f"{outcome(rec)}\t{rec['kind'] or '-'}\t{len(rec['urls'])}\t"
-                  f"{rec['admitted']}\t{rec['url']}")
-            if args.urls:
+            print(printable(f"{outcome(rec)}") + f"\t{printable(rec['kind'] or '-')}\t"
+                  f"{len(rec['urls'])}\t{rec['admitted']}\t{printable(rec['url'])}")
+            if args.urls:  # what the sitemap said, escaped (crawler.read.display)
                 for url, lastmod in rec["urls"]:
-                    print(f"  {url}\t{lastmod or '-'}")
+                    print(f"  {printable(url)}\t{printable(lastmod or '-')}")
         sys.stdout.flush()
     except BrokenPipeError:
         return stdout_gone()

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import config as cfgmod
-from ._common import age, size
+from ..config import MAX_SECONDS
+from ..exceptions import DataDirError
+from ._common import SAVED_AS, age, count, number, size, size_in
 
 
 def nameserver(value: str) -> str:
@@ -35,17 +37,9 @@ def split_nameserver(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def whole(minimum: int) -> Any:
-    def parse(value: str) -> int:
-        try:
-            n = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
-        if n < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {n}")
-        return n
-
-    return parse
+def whole(minimum: int, maximum: int = cfgmod.MAX_COUNT) -> Any:
+    """A whole number from ``minimum`` to ``maximum`` (docs/BOUNDS.md)."""
+    return count(minimum, maximum)
 
 
 def sitemap_mode(value: str) -> str:
@@ -56,14 +50,18 @@ def sitemap_mode(value: str) -> str:
     return value
 
 
-def seconds(value: str) -> float:
-    try:
-        n = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
-    if not n >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"cannot be negative: {value!r}")
-    return n
+def header_value(value: str) -> str:
+    """A value sent as an HTTP header (--user-agent): printable ASCII."""
+    problem = cfgmod.header_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{value[:200]!r}: {problem}")
+    return value
+
+
+# Seconds: a wait (0 is none) or a timeout (more than 0), at most a day (config.MAX_SECONDS).
+seconds = number(0, MAX_SECONDS)
+timeout = number(0, MAX_SECONDS, above=True)
+_BYTES = size_in(1, cfgmod.MAX_BODY_BYTES)
 
 
 @dataclass(frozen=True)
@@ -81,12 +79,12 @@ class Opt:
 # --data, --processes (shards.json keeps it), --max-pages, --quiet.
 OPTIONS: tuple[Opt, ...] = (
     Opt("threads", "--threads", whole(1), cfgmod.DEFAULT_THREADS,
-        "fetch threads in all (split over the processes)", "N"),
+        "fetch threads in all (split over the processes; at most 10,000 a process)", "N"),
     Opt("delay", "--delay", seconds, cfgmod.DEFAULT_DELAY,
         "seconds between two requests to one host", "S"),
-    Opt("per_host", "--per-host", whole(1), cfgmod.DEFAULT_PER_HOST,
+    Opt("per_host", "--per-host", whole(1, cfgmod.MAX_THREADS_PER_SHARD), cfgmod.DEFAULT_PER_HOST,
         "connections to one host at a time", "N"),
-    Opt("timeout", "--timeout", seconds, cfgmod.DEFAULT_TOTAL_TIMEOUT,
+    Opt("timeout", "--timeout", timeout, cfgmod.DEFAULT_TOTAL_TIMEOUT,
         "total seconds for one fetch, connect to last byte", "S"),
     Opt("nameserver", "--nameserver", "list", [],
         "DNS server to ask, repeatable (default: the system's resolvers)", "IP[:PORT]"),
@@ -95,7 +93,7 @@ OPTIONS: tuple[Opt, ...] = (
         "(off by default to protect your network)"),
     Opt("ca_bundle", "--ca-bundle", str, None,
         "CA certificates (PEM) to verify HTTPS against (default: the system's)", "FILE"),
-    Opt("user_agent", "--user-agent", str, cfgmod.DEFAULT_USER_AGENT,
+    Opt("user_agent", "--user-agent", header_value, cfgmod.DEFAULT_USER_AGENT,
         "the User-Agent sent, and the name robots.txt groups are matched with", "STRING"),
     Opt("ignore_robots", "--ignore-robots", "bool", False, "do not fetch or obey robots.txt"),
     Opt("broad", "--broad", "bool", False,
@@ -114,7 +112,7 @@ OPTIONS: tuple[Opt, ...] = (
         "read sitemaps for URLs no link reaches: all (robots.txt's Sitemap lines and "
         "/sitemap.xml), robots (the lines only) or off; their URLs enter at depth 1 "
         "(docs/SITEMAPS.md)", "MODE", "scope"),
-    Opt("max_depth", "--max-depth", whole(0), None,
+    Opt("max_depth", "--max-depth", whole(0, cfgmod.MAX_DEPTH), None,
         "seeds are depth 0, each link adds 1 (default: no limit)", "N", "scope"),
     Opt("max_pages_per_host", "--max-pages-per-host", whole(0), None,
         "fetches per host (default: no limit)", "N", "scope"),
@@ -131,31 +129,39 @@ OPTIONS: tuple[Opt, ...] = (
         "links scripts make (repeatable; docs/RENDER.md)", "REGEX", "render"),
     Opt("render_all", "--render-js-all", "bool", False,
         "render every HTML page in headless Chromium", group="render"),
-    Opt("render_tabs", "--render-tabs", whole(1), cfgmod.DEFAULT_RENDER_TABS,
-        "pages rendered at a time", "N", "render"),
-    Opt("render_timeout", "--render-timeout", seconds, cfgmod.DEFAULT_RENDER_TIMEOUT,
+    Opt("render_tabs", "--render-tabs", whole(1, cfgmod.MAX_RENDER_TABS),
+        cfgmod.DEFAULT_RENDER_TABS, "pages rendered at a time", "N", "render"),
+    Opt("render_timeout", "--render-timeout", timeout, cfgmod.DEFAULT_RENDER_TIMEOUT,
         "seconds a page may take to settle; longer renders are cut", "S", "render"),
-    Opt("render_memory", "--render-memory", whole(16), cfgmod.DEFAULT_RENDER_MEMORY,
+    Opt("render_memory", "--render-memory",
+        whole(cfgmod.MIN_RENDER_MEMORY, cfgmod.MAX_RENDER_MEMORY), cfgmod.DEFAULT_RENDER_MEMORY,
         "MiB of JavaScript heap a tab may use; past it the render is cut", "MIB", "render"),
     Opt("render_browser", "--render-browser", str, cfgmod.DEFAULT_RENDER_BROWSER,
         "the Chromium executable (a name on PATH or a path)", "PATH", "render"),
 ) + tuple(
     Opt(field, flag, kind, getattr(cfgmod, "DEFAULT_" + field.upper()), text,
-        "N" if kind is not size and kind is not seconds else "S" if kind is seconds else "BYTES",
+        "BYTES" if kind in (_BYTES, size) else "N" if getattr(kind, SAVED_AS) == (int,) else "S",
         "limits")
     for flag, kind, field, text in (
-        ("--connect-timeout", seconds, "connect_timeout", "seconds for a TCP connect plus TLS"),
-        ("--read-timeout", seconds, "read_timeout", "seconds one socket read may wait"),
-        ("--dns-timeout", seconds, "dns_timeout", "seconds for one host lookup, retries included"),
-        ("--max-retries", whole(0), "max_retries", "further tries after a transient failure"),
+        ("--connect-timeout", timeout, "connect_timeout", "seconds for a TCP connect plus TLS"),
+        ("--read-timeout", timeout, "read_timeout", "seconds one socket read may wait"),
+        ("--dns-timeout", timeout, "dns_timeout", "seconds for one host lookup, retries included"),
+        ("--max-retries", whole(0, cfgmod.MAX_RETRIES), "max_retries",
+         "further tries after a transient failure"),
         ("--backoff", seconds, "backoff", "seconds a host waits after a failure (doubles)"),
         ("--max-retry-after", seconds, "max_retry_after", "cap on Retry-After and backoff"),
         ("--max-crawl-delay", seconds, "max_crawl_delay", "cap on a robots.txt Crawl-delay"),
         ("--bad-host-retry", seconds, "bad_host_retry", "seconds before a dead host is retried"),
-        ("--max-redirects", whole(0), "max_redirects", "redirect hops followed from one URL"),
-        ("--max-url-length", whole(16), "max_url_length", "longer links are dropped"),
-        ("--max-body-bytes", size, "max_body_bytes", "body bytes read off the wire"),
-        ("--max-decoded-bytes", size, "max_decoded_bytes", "body after gzip/deflate"),
+        ("--max-redirects", whole(0, cfgmod.MAX_REDIRECTS), "max_redirects",
+         "redirect hops followed from one URL"),
+        ("--max-url-length", whole(cfgmod.MIN_URL_LENGTH, cfgmod.MAX_URL_LENGTH),
+         "max_url_length", "longer links are dropped"),
+        ("--max-body-bytes", _BYTES, "max_body_bytes", "body bytes read off the wire"),
+        ("--max-decoded-bytes", _BYTES, "max_decoded_bytes", "body after gzip/deflate"),
+        ("--memory-budget", size, "memory_budget",
+         "bytes of bodies and parse buffers a process holds at once; fetches wait "
+         "beyond it (default: twice what one page may hold with its parse, from "
+         "--max-decoded-bytes: 165M with the defaults)"),
     )
 )
 BY_NAME = {o.name: o for o in OPTIONS}
@@ -200,6 +206,43 @@ def given_options(args: argparse.Namespace) -> dict[str, Any]:
     if given.get("ca_bundle"):
         given["ca_bundle"] = os.path.abspath(given["ca_bundle"])
     return given
+
+
+def check_saved(saved: dict[str, Any], path: str) -> None:
+    """Refuse a saved value this command line would refuse (a wrong type, out of its
+    range, a header value with a control character): DataDirError naming ``path`` (the
+    settings file) and the setting. Names of other versions are left alone."""
+    for name, value in saved.items():
+        opt = BY_NAME.get(name)
+        problem = _saved_problem(opt, value) if opt is not None else None
+        if problem:
+            raise DataDirError(f"{path}: setting {name!r}: {problem}: fix or delete it")
+
+
+def _saved_problem(opt: Opt, value: Any) -> str | None:
+    brief = repr(value)[:100]
+    if value is None:
+        return None if opt.default is None else f"null, where {opt.flag} needs a value"
+    if opt.kind == "bool":
+        return None if isinstance(value, bool) else f"{brief} is not true or false"
+    if opt.kind == "list":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return f"{brief} is not a list of strings"
+        try:
+            for item in value:
+                (nameserver if opt.name == "nameserver" else str)(item)
+        except argparse.ArgumentTypeError as exc:
+            return str(exc)
+        return None
+    types = getattr(opt.kind, SAVED_AS, (str,))
+    if isinstance(value, bool) or not isinstance(value, types):
+        kind = "a whole number" if types == (int,) else "a number" if int in types else "a string"
+        return f"{brief} is not {kind}"
+    try:
+        opt.kind(value if isinstance(value, str) else repr(value))
+    except argparse.ArgumentTypeError as exc:
+        return str(exc)
+    return None
 
 
 def merge(saved: dict[str, Any] | None, given: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

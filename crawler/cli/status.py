@@ -16,12 +16,12 @@ import numpy as np
 
 import kvstore
 
-from ..exceptions import CrawlerError
+from ..read.display import printable
 from ..read.listing import CrawlReader
 from ..read.sitemaps import summary as sitemap_summary
 from ..run.status import by_class, is_running, outcome_key, read_status, sum_snapshots
 from ..state.pages import decode_bulk
-from ..state.shards import shard_dirs
+from ..state.shards import crawl_count, shard_dir
 from ..web.urls import url_key
 
 # status.json's "state" after a run (crawler.cli.crawl writes it), in words.
@@ -75,11 +75,12 @@ def _state(info: dict[str, Any]) -> str:
 
 def collect(data_dir: str) -> dict[str, Any]:
     """Everything ``status`` shows, as one dict (the --json output)."""
-    if not os.path.isdir(data_dir):
-        raise CrawlerError(f"{data_dir}: no such crawl directory")
-    dirs = shard_dirs(data_dir)
+    count = crawl_count(data_dir)
+    dirs = [shard_dir(data_dir, i, count) for i in range(count)]
     snaps = [s for s in (read_status(d) for d in dirs) if s]
     top = read_status(data_dir) if len(dirs) > 1 else None
+    if not snaps and top is not None:  # no shard ran: the supervisor's word is all there is
+        snaps = [top]
     outcomes: dict[str, int] = {}
     fetched = recorded = 0
     per_shard = []
@@ -131,52 +132,62 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=1, sort_keys=True))
         return 0
+    for line in _text(args, info):
+        print(printable(line))  # a directory's name, an outcome from a record: never raw
+    return 0
+
+
+def _text(args: argparse.Namespace, info: dict[str, Any]) -> list[str]:
+    """What ``status`` prints without --json, line by line."""
+    out: list[str] = []
     shards = f" ({info['shards']} shards)" if info["shards"] > 1 else ""
-    print(f"crawl {args.data}: {info['state']}{shards}")
+    out.append(f"crawl {args.data}: {info['state']}{shards}")
     if info["absent_shards"]:
-        print(f"  not on this machine: shards {', '.join(map(str, info['absent_shards']))} "
+        out.append(f"  not on this machine: shards {', '.join(map(str, info['absent_shards']))} "
               "(counted below: only the shards here)")
-    print(
+    out.append(
         f"  pages recorded: {info['recorded']} over every run "
         f"({info['fetched']} fetched over HTTP, {info['not_fetched']} not fetched)"
     )
     for cls, n in info["classes"].items():
-        print(f"    {cls}: {n}")
-    print(f"  pending: {info['pending']} URLs in {info['pending_bulks']} bulks")
+        out.append(f"    {cls}: {n}")
+    out.append(f"  pending: {info['pending']} URLs in {info['pending_bulks']} bulks")
     sm = info["sitemaps"]
     if sm["read"]:
         ends = ", ".join(f"{k} {n}" for k, n in sm["outcomes"].items())
-        print(f"  sitemaps read: {sm['read']} ({ends}); {sm['urls_listed']} URLs listed, "
+        out.append(f"  sitemaps read: {sm['read']} ({ends}); {sm['urls_listed']} URLs listed, "
               f"{sm['urls_admitted']} handed to the frontier (python -m crawler sitemaps DIR)")
     snap = info.get("last_status")
     if snap:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap["time"]))
-        print(
+        out.append(  # a run that ended before its first report wrote only time and fetched
             f"  last run ({'status at ' if info['running'] else 'ended '}{when}): "
-            f"fetched {snap['fetched']} in {snap.get('elapsed', 0):.0f} s, "
-            f"hosts {snap['hosts']}, bad hosts {snap['bad_hosts']}, rss {snap['rss_mb']} MB"
+            f"fetched {snap.get('fetched', 0)} in {snap.get('elapsed', 0):.0f} s, "
+            f"hosts {snap.get('hosts', 0)}, bad hosts {snap.get('bad_hosts', 0)}, "
+            f"rss {snap.get('rss_mb', 0)} MB"
         )
         if "revisits" in snap:  # start --revisit-after (docs/RETRY.md)
-            print(
+            out.append(
                 f"  revisits (last run): {snap['revisits']} pages re-queued as due, "
-                f"{snap['revisits_waiting']} waiting for their time"
+                f"{snap.get('revisits_waiting', 0)} waiting for their time"
             )
         if "rendered" in snap:  # --render-js (docs/RENDER.md)
-            print(
-                f"  renders (last run): {snap['rendered']} rendered, {snap['render_failed']} "
-                f"cut, {snap['render_queued']} queued, {snap['rendering']} rendering, "
+            out.append(
+                f"  renders (last run): {snap['rendered']} rendered, "
+                f"{snap.get('render_failed', 0)} cut, {snap.get('render_queued', 0)} queued, "
+                f"{snap.get('rendering', 0)} rendering, "
                 f"browser started {snap.get('browser_starts', 0)} time(s)"
             )
     if not info["running"] and (info["pending"] or not snap or snap.get("state") != "complete"):
-        print(f"  to resume: python -m crawler start --data {args.data}")
+        out.append(f"  to resume: python -m crawler start --data {args.data}")
     if args.shards and info["shards"] > 1:
         for i, s in enumerate(info["per_shard"]):
-            print(
+            out.append(
                 f"  shard {i} ({s['data']}): {'running' if s['running'] else 'not running'}, "
                 f"pages recorded {s['recorded']}, pending {s['pending']} URLs, "
                 f"fetched {s['fetched']} in its last run, links to hand over {s['outbox']}"
             )
-    return 0
+    return out
 
 
 COMMANDS = {"status": cmd_status}

@@ -12,6 +12,10 @@ time, so memory does not grow with the number of pages (the key snapshot
 itself is kvstore's: 16 bytes a key). Records are yielded in store order, not
 by fetch time.
 
+A directory is a crawl if it has a shards.json or a ``main/``
+(crawler.state.shards.crawl_count, the test every reading command makes); a shard
+whose ``main/`` does not exist yet (it never ran) has no pages.
+
 A damaged record (its CRC fails: ``CorruptStoreError``) or one that does not
 decode as a page record is *skipped with a warning* (logged with its key and
 the cause, counted in ``skipped``), because one bad record must not make a
@@ -44,9 +48,10 @@ import kvstore
 
 from ..exceptions import CrawlerError, DataDirError
 from ..state.pages import PageRecord, decode_page
-from ..state.shards import owner, shard_dirs
+from ..state.shards import crawl_count, owner, shard_dir
 from ..web.links import is_html, sniff_charset
 from ..web.urls import host_of, normalize, url_key
+from .display import printable
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +75,8 @@ class CrawlReader:
         self.data_dir = os.fspath(data_dir)
         self.strict = strict
         self.skipped = 0  # damaged records skipped so far
-        if not os.path.isdir(self.data_dir):
-            raise DataDirError(f"{self.data_dir}: no such crawl directory")
-        self.dirs = shard_dirs(self.data_dir)
-        if not os.path.isdir(os.path.join(self.dirs[0], "main")) and len(self.dirs) == 1:
-            raise DataDirError(f"{self.data_dir}: not a crawl directory (it has no main/)")
+        count = crawl_count(self.data_dir)  # the one test of what a crawl directory is
+        self.dirs = [shard_dir(self.data_dir, i, count) for i in range(count)]
         # A crawl on Ray keeps each shard on its own node's disk: the shards whose
         # directory is not on this machine are left out, and said so.
         self.absent = [i for i, d in enumerate(self.dirs)
@@ -201,11 +203,12 @@ def matches(page: PageRecord, *, status: int | None = None, host: str | None = N
 
 
 def page_line(page: PageRecord) -> str:
-    """One ``pages`` line: status, content type (or the outcome in brackets), body size, URL."""
+    """One ``pages`` line: status, content type (or the outcome in brackets), body size, URL.
+    What the server sent is shown escaped (crawler.read.display)."""
     kind = page.content_type or "-"
     if page.reason:
         kind = f"{kind} [{page.reason}]" if page.content_type else f"[{page.reason}]"
-    return f"{page.status:3d}\t{kind}\t{len(page.body)}\t{page.url}"
+    return f"{page.status:3d}\t{printable(kind)}\t{len(page.body)}\t{printable(page.url)}"
 
 
 def is_text(content_type: str, body: bytes) -> bool:
@@ -223,7 +226,8 @@ def body_text(page: PageRecord) -> str:
 
 
 def describe(page: PageRecord, *, preview: int = DEFAULT_PREVIEW_BYTES) -> str:
-    """What ``show`` prints: the fields, the headers as stored, then the body or a note."""
+    """What ``show`` prints: the fields, the headers as stored, then the body or a note;
+    what the server sent escaped (crawler.read.display), a text body keeping its lines."""
     fields: list[tuple[str, object]] = [
         ("url", page.url), ("final_url", page.final_url), ("status", page.status),
         ("reason", page.reason), ("fetched_at", iso_time(page.fetched_at)), ("ip", page.ip),
@@ -232,14 +236,14 @@ def describe(page: PageRecord, *, preview: int = DEFAULT_PREVIEW_BYTES) -> str:
         ("truncated", page.truncated), ("noindex", page.noindex),
         ("body_bytes", len(page.body)),
     ]
-    lines = [f"{name + ':':<14}{value}" for name, value in fields]
+    lines = [f"{name + ':':<14}{printable(str(value))}" for name, value in fields]
     lines.append("headers:")
-    lines += [f"  {name}: {value}" for name, value in page.headers.items()]
+    lines += [f"  {printable(name)}: {printable(value)}" for name, value in page.headers.items()]
     lines.append("")
     if not page.body:
         lines.append("[no body stored]")
     elif is_text(page.content_type, page.body):
-        lines.append(body_text(page))
+        lines.append(printable(body_text(page), keep="\n\t"))
     else:
         lines.append(f"[binary body: {len(page.body)} bytes; first {min(preview, len(page.body))}"
                      f" in hex: {page.body[:preview].hex()}; --body-only writes the bytes]")

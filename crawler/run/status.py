@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from typing import TYPE_CHECKING, Any
+
+from ..exceptions import DataDirError
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -187,6 +190,7 @@ class Reporter:
             "classes": by_class(errors),
             "mb": round(e.bytes / 1e6, 1),
             "rss_mb": round(rss_bytes() / 1e6, 1),
+            "memory": e.budget.snapshot(),  # bytes in flight (docs/HOSTILE.md, "Memory")
             **render,
             "sitemaps": e.sitemaps.snapshot() if e.sitemaps is not None else {},
         }
@@ -289,7 +293,12 @@ def write_status(data_dir: str, snap: dict[str, Any]) -> None:
 def record_end(data_dir: str, state: str) -> None:
     """Add how the run ended (complete, interrupted, limit, failed) to status.json, so
     ``status`` can tell a finished crawl from a stopped or a killed one."""
-    snap = read_status(data_dir) or {"time": time.time(), "fetched": 0}
+    try:
+        snap = read_status(data_dir)
+    except DataDirError as exc:  # the run is over: say how it ended in a new file
+        log.warning("%s (written again)", exc)
+        snap = None
+    snap = snap or {"time": time.time(), "fetched": 0}
     snap.update(state=state, running=False)
     try:
         write_status(data_dir, snap)
@@ -298,12 +307,58 @@ def record_end(data_dir: str, state: str) -> None:
 
 
 def read_status(data_dir: str) -> dict[str, Any] | None:
+    """The last snapshot a run wrote in ``data_dir``, None if there is none. Raises
+    DataDirError, naming the file and what is wrong, when it cannot be read or is not
+    a snapshot (:func:`snapshot_problem`)."""
+    path = os.path.join(data_dir, STATUS_NAME)
+    fix = "delete it (the next run writes it again)"
     try:
-        with open(os.path.join(data_dir, STATUS_NAME), encoding="utf-8") as f:
-            data: dict[str, Any] = json.load(f)
-            return data
-    except (OSError, ValueError):
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
         return None
+    except RecursionError:
+        raise DataDirError(f"{path}: not a status snapshot (nested too deeply): {fix}") from None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
+        raise DataDirError(f"{path}: unreadable ({exc}): {fix}") from None
+    problem = snapshot_problem(data)
+    if problem:
+        raise DataDirError(f"{path}: not a status snapshot ({problem}): {fix}")
+    snap: dict[str, Any] = data
+    return snap
+
+
+# What readers take from a snapshot, by type (a field may be absent, but for "time").
+_NUMBERS = (*_SUMMED, *_REVISIT, *_RENDER, "time", "elapsed", "shard", "shards", "shards_up")
+_COUNTERS = ("outcomes", "classes", "sitemaps")
+_MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT
+
+
+def snapshot_problem(data: Any) -> str | None:
+    """What makes ``data`` (status.json, parsed) unfit to read, or None."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    if "time" not in data:
+        return "it has no time"
+    for key in _NUMBERS:
+        value = data.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            return f"its {key} is {str(value)[:50]!r}, not a number"
+    pid = data.get("pid", 1)
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 1 <= pid <= _MAX_PID:
+        return f"its pid is {str(pid)[:50]!r}, not a process id"
+    if not isinstance(data.get("running", False), bool):
+        return "its running is not true or false"
+    if not isinstance(data.get("state", ""), str):
+        return "its state is not a string"
+    for key in _COUNTERS:
+        counts = data.get(key, {})
+        if not isinstance(counts, dict) or not all(
+            isinstance(n, int) and not isinstance(n, bool) for n in counts.values()
+        ):
+            return f"its {key} are not counts"
+    return None
 
 
 def _alive(pid: int) -> bool:
@@ -317,7 +372,10 @@ def _alive(pid: int) -> bool:
 
 
 def is_running(snap: dict[str, Any] | None) -> bool:
-    return bool(snap and snap.get("running")) and _alive(int(snap.get("pid", 0)))  # type: ignore[union-attr]
+    """Whether the run that wrote ``snap`` (a checked snapshot) still runs."""
+    if not snap or not snap.get("running") or "pid" not in snap:
+        return False
+    return _alive(int(snap["pid"]))
 
 
 def live_pid(data_dir: str) -> int | None:

@@ -25,9 +25,11 @@ other shards' outboxes. A shard that exits 1 (a full disk, a bad data
 directory) is not restarted: the crawl stops and reports its error.
 
 :meth:`stop` (Ctrl-C, SIGTERM) sends ``stop`` to every shard and waits for
-their clean exits; :meth:`kill` (a second Ctrl-C) kills them at once, which
-is as safe as any kill -9. If the supervisor itself dies, every shard sees
-its stdin end and stops on its own (crawler.run.shard).
+their clean exits (a stop before or while they start starts no more of them; a
+shard still opening its stores takes the command once it has); :meth:`kill`
+(a second Ctrl-C) kills them at once, which is as safe as any kill -9. If the
+supervisor itself dies, every shard sees its stdin end and stops on its own
+(crawler.run.shard).
 
 One status line every ``status_interval`` seconds sums the shards' latest
 reports; ``DIR/status.json`` holds that sum and every shard's report.
@@ -194,6 +196,9 @@ class Supervisor(Overview):
     def run(self) -> Summary:
         try:
             for s in self.shards:
+                if self._stopping:  # Ctrl-C or SIGTERM while they start: start no more
+                    s.exited = True
+                    continue
                 self._spawn(s)
             self._maybe_status(initial=True)
             next_probe = time.monotonic()

@@ -31,18 +31,22 @@ def settings_path(data_dir: str) -> str:
 def load_settings(data_dir: str) -> dict[str, Any] | None:
     """The saved settings, or None for a crawl that has none yet.
 
-    Raises DataDirError, naming the file, when it is unreadable or not ours."""
+    Raises DataDirError, naming the file, when it is unreadable or not ours. The values
+    are the caller's to check (crawler.cli.startopts.check_saved)."""
     path = settings_path(data_dir)
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except RecursionError:
+        raise DataDirError(f"{path}: not a crawl settings file (nested too deeply): "
+                           "fix or delete it") from None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
         raise DataDirError(f"{path}: unreadable settings ({exc}): fix or delete the file") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("settings"), dict):
         raise DataDirError(f"{path}: not a crawl settings file: fix or delete it")
-    if doc.get("format") != SETTINGS_FORMAT:
+    if type(doc.get("format")) is not int or doc["format"] != SETTINGS_FORMAT:
         raise DataDirError(
             f"{path}: settings format {doc.get('format')!r}, this version reads "
             f"{SETTINGS_FORMAT}: written by another version of the crawler"

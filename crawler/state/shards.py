@@ -14,7 +14,8 @@ Suffix List (a dependency that changes every week) and would balance worse
 On disk (docs/SHARDS.md):
 
 * ``DIR/shards.json``: ``{"format": 1, "shards": N}``, written atomically when
-  the crawl is created; a newer format is refused.
+  the crawl is created; a newer format, or anything but a whole N from 1 to
+  config.MAX_SHARDS, is refused (DataDirError naming the file).
 * N == 1: ``DIR`` itself is the shard's directory (``main/``, ``pend/``,
   ``badhosts/``, ``urls.log``, ``status.json``): the layout of crawls made
   before shards existed, so such a crawl (``DIR/main/``, no shards.json)
@@ -32,7 +33,9 @@ import json
 import os
 from dataclasses import dataclass
 from hashlib import md5
+from typing import TypeGuard
 
+from ..config import MAX_PROCESSES, MAX_SHARDS
 from ..exceptions import DataDirError, ShardCountError
 
 SHARDS_NAME = "shards.json"
@@ -57,31 +60,64 @@ def shard_dir(data_dir: str, index: int, count: int) -> str:
 
 def read_count(data_dir: str) -> int | None:
     """The recorded shard count: shards.json's, 1 for a crawl made before shards
-    (``main/`` and no shards.json), None if ``data_dir`` holds no crawl yet."""
+    (``main/`` and no shards.json), None if ``data_dir`` holds no crawl yet.
+
+    Raises DataDirError, naming the file and what is wrong with it, when shards.json
+    is unreadable or not a shard layout this crawler reads."""
     path = os.path.join(data_dir, SHARDS_NAME)
     try:
         with open(path, encoding="utf-8") as f:
             info = json.load(f)
     except FileNotFoundError:
         return 1 if os.path.isdir(os.path.join(data_dir, "main")) else None
-    except (OSError, ValueError) as exc:
-        raise DataDirError(f"{path}: unreadable: {exc}") from exc
-    if not isinstance(info, dict) or not isinstance(info.get("shards"), int):
-        raise DataDirError(f"{path}: not a shard layout (no shard count)")
-    if info.get("format", 0) > SHARDS_FORMAT:
+    except RecursionError:
+        raise DataDirError(f"{path}: not a shard layout (nested too deeply)") from None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
+        raise DataDirError(f"{path}: unreadable: {exc}") from None
+    if not isinstance(info, dict):
+        raise DataDirError(f"{path}: not a shard layout (a JSON {type(info).__name__})")
+    fmt = info.get("format", 0)  # no format: written before formats were
+    if not _whole(fmt) or fmt < 0:
+        raise DataDirError(f"{path}: bad format {fmt!r}: a shard layout's is a number")
+    if fmt > SHARDS_FORMAT:
         raise DataDirError(
-            f"{path}: format {info.get('format')} is newer than this crawler reads "
-            f"({SHARDS_FORMAT})"
+            f"{path}: format {fmt} is newer than this crawler reads ({SHARDS_FORMAT})"
         )
-    count = int(info["shards"])
-    if count < 1:
-        raise DataDirError(f"{path}: bad shard count {count}")
+    count = info.get("shards")
+    if not _whole(count):
+        raise DataDirError(f"{path}: not a shard layout (its shard count is {count!r})")
+    if not 1 <= count <= MAX_SHARDS:
+        raise DataDirError(f"{path}: bad shard count {count}: a crawl has 1 to {MAX_SHARDS}")
+    return count
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def default_count() -> int:
+    """The shard count of a new crawl when none is asked for: one per CPU, up to the
+    processes one machine may run (config.MAX_PROCESSES)."""
+    return max(1, min(os.cpu_count() or 1, MAX_PROCESSES))
+
+
+def crawl_count(data_dir: str) -> int:
+    """The shard count of the crawl in ``data_dir``: what every command that reads a
+    crawl first asks. Raises DataDirError when ``data_dir`` does not exist or holds no
+    crawl (neither shards.json nor ``main/``), or when its shards.json is damaged."""
+    if not os.path.isdir(data_dir):
+        raise DataDirError(f"{data_dir}: no such crawl directory")
+    count = read_count(data_dir)
+    if count is None:
+        raise DataDirError(
+            f"{data_dir}: not a crawl directory (it has neither {SHARDS_NAME} nor main/)"
+        )
     return count
 
 
 def open_layout(data_dir: str, requested: int | None) -> int:
     """The shard count of the crawl in ``data_dir``, created (with shards.json) if
-    there is none yet: ``requested`` shards, or one per CPU when None.
+    there is none yet: ``requested`` shards, or :func:`default_count` when None.
 
     Raises ShardCountError when ``requested`` differs from the recorded count."""
     recorded = read_count(data_dir)
@@ -91,8 +127,8 @@ def open_layout(data_dir: str, requested: int | None) -> int:
         if not os.path.exists(os.path.join(data_dir, SHARDS_NAME)):
             _write(data_dir, recorded)  # a crawl from before shards: record what it is
         return recorded
-    count = requested if requested is not None else os.cpu_count() or 1
-    if count < 1:
+    count = requested if requested is not None else default_count()
+    if not 1 <= count <= MAX_SHARDS:
         raise ShardCountError(data_dir, 1, count)
     _write(data_dir, count)
     return count
