@@ -36,14 +36,17 @@ def _release_freed_memory() -> None:
 
 
 class _Generation:
-    """Everything that compaction replaces at once."""
+    """Everything that compaction replaces at once. ``keyed``: the VAL records' layout
+    (see _format), which the C paths read here, per generation: a compaction from
+    format 2 to 3 swaps it with the rest."""
 
-    __slots__ = ("files", "index", "wbuf", "kbuf", "key_size")
+    __slots__ = ("files", "index", "wbuf", "kbuf", "key_size", "keyed")
 
     def __init__(
         self, files: _files.DataFiles, index: HashIndex, val_end: int, key_size: int
     ) -> None:
         self.files = files
+        self.keyed = files.keyed
         self.index = index
         self.wbuf: tuple[int, bytearray] = (val_end, bytearray())
         self.kbuf = bytearray()

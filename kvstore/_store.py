@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
-import zlib
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,8 +33,9 @@ from ._backend import BACKEND, Lock, StoreBase
 from ._fallback import REMAP_SLACK
 from ._index import as_key_array
 from ._open import _Generation as _Generation  # re-exported: _compact builds one
+from ._reader import read_value
+from ._views import ItemsView, ValuesView
 from .exceptions import (
-    CorruptStoreError,
     InvalidKeyError,
     ReadOnlyError,
     StoreClosedError,
@@ -45,7 +44,7 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
-    from ._verify import VerifyReport
+    from ._verify import Damage, VerifyReport
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,6 @@ _REMAP_SLACK = REMAP_SLACK  # the C read path tests the same bound
 # put_many works through big batches in chunks of this many records (bounded temporaries).
 PUT_MANY_CHUNK = 1 << 16
 _OPEN_CHUNK = 1 << 20  # KEY records indexed per batch on open
-_VAL_HEADER = struct.Struct("<II")
 
 
 @dataclass(frozen=True)
@@ -74,17 +72,6 @@ class StoreStats:
     load_factor: float
     mean_probe_length: float
     backend: str = BACKEND  # which hot paths run: "c" or "python" (kvstore.BACKEND)
-
-
-@dataclass(frozen=True)
-class Damage:
-    """A KEY record whose value record is unsound: ``offset`` is the value's VAL
-    offset as the record states it, ``key_offset`` the record's own KEY offset."""
-
-    key: bytes
-    offset: int
-    reason: str
-    key_offset: int | None = None
 
 
 class Store(StoreBase, MutableMapping[bytes, bytes]):
@@ -259,36 +246,9 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
 
     # -- reads ------------------------------------------------------------------
 
-    def _read(self, g: _Generation, off: int) -> bytes:
-        base, buf = g.wbuf
-        files = g.files
-        if off >= base:
-            rel = off - base
-            length, crc = _VAL_HEADER.unpack_from(buf, rel)
-            value = bytes(buf[rel + 8 : rel + 8 + length])
-        else:
-            mm, mlen = files.mm
-            if base - mlen > _REMAP_SLACK:
-                mm, mlen = files.remap(base)
-            if off + 8 <= mlen and mm is not None:
-                length, crc = _VAL_HEADER.unpack_from(mm, off)
-                end = off + 8 + length
-                value = (
-                    mm[off + 8 : end] if end <= mlen else os.pread(files.val_fd, length, off + 8)
-                )
-            else:
-                head = os.pread(files.val_fd, 8 + 4096, off)
-                if len(head) < 8:
-                    raise CorruptStoreError(
-                        files.val_path, off, "value record is past the end of the file"
-                    )
-                length, crc = _VAL_HEADER.unpack_from(head)
-                value = head[8 : 8 + length]
-                if len(value) < length:
-                    value += os.pread(files.val_fd, length - len(value), off + 8 + len(value))
-        if len(value) != length or zlib.crc32(value) != crc:
-            raise CorruptStoreError(files.val_path, off, "value record fails its CRC check")
-        return value
+    def _read(self, g: _Generation, off: int, key: bytes) -> bytes:
+        """The slow path of a get (the C code and the pure twin call it): see _reader."""
+        return read_value(g, off, key)
 
     def __len__(self) -> int:
         return len(self._live().index)
@@ -300,6 +260,27 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
         kb = keys.tobytes()
         for j in range(0, len(kb), fmt.KEY_SIZE):
             yield kb[j : j + fmt.KEY_SIZE]
+
+    def items(self) -> ItemsView:
+        """(key, value) pairs of a snapshot of the keys; a key another thread deletes
+        during the loop is skipped, never a KeyError. Thread-safe."""
+        return ItemsView(self)
+
+    def values(self) -> ValuesView:
+        """The values of a snapshot of the keys, skipping keys deleted meanwhile."""
+        return ValuesView(self)
+
+    def popitem(self) -> tuple[bytes, bytes]:
+        """Remove and return some (key, value); KeyError if empty. A key that another
+        thread deletes first is passed over (so ``clear()`` does not stop early)."""
+        for key in self:
+            try:
+                value = self[key]
+                del self[key]
+            except KeyError:
+                continue
+            return key, value
+        raise KeyError("popitem(): the store is empty")
 
     def contains_many(self, keys: Any) -> np.ndarray:
         """Bool array: which of ``keys`` are present. Vectorized; no lock."""
@@ -357,9 +338,13 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
 
     def _put_chunk(self, arr: np.ndarray, vals: list[bytes]) -> None:
         rel = np.empty(len(vals), dtype=np.int64)
-        data = self._pack_values(vals, rel)  # checks every value as a put does
+        g = self._g
+        keyed = g is None or g.keyed
+        data = self._pack_values(arr, vals, rel, keyed)  # checks every value as a put does
         with self._lock:
             g = self._writable()
+            if g.keyed is not keyed:  # a compaction rewrote the generation meanwhile
+                data = self._pack_values(arr, vals, rel, g.keyed)
             base, buf = g.wbuf
             offs = rel + (base + len(buf))
             buf += data
@@ -453,7 +438,7 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
                 lengths |= data[offs + b].astype(np.int64) << (8 * b)
         finally:
             del data
-        return lengths + fmt.VAL_HEADER_SIZE
+        return lengths + g.files.record_header_size
 
     def stats(self) -> StoreStats:
         """Counts and sizes; flushes first so that the files are current."""

@@ -30,7 +30,7 @@ from kvstore import _cli_write, cli
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLI_DOC = REPO_ROOT / "docs" / "CLI.md"
 CHILD_TIMEOUT = 60  # seconds; a hung child fails the test instead of stalling it
-COMMANDS = ["dump", "load", "stats", "get", "put", "delete", "verify", "compact"]
+COMMANDS = ["dump", "load", "stats", "get", "put", "delete", "verify", "compact", "repair"]
 
 keys16 = st.binary(min_size=16, max_size=16)
 # Values rich in the bytes the escaping must handle, plus plain random bytes.
@@ -345,7 +345,7 @@ class TestVerify:
             for i in range(kvstore.DEFAULT_TAIL_CHECK_BYTES // len(filler) + 2):
                 db[kvstore.md5_key(str(i))] = filler
         _key_file, val_file = data_files(store_path)
-        header, record_header = 24, 8  # FORMAT: file header; u32 length + u32 crc
+        header, record_header = 24, 24  # FORMAT: file header; u32 length, u32 crc, the key
         data = bytearray(val_file.read_bytes())
         assert data[header + record_header : header + record_header + 14] == b"precious value"
         data[header + record_header + 3] ^= 0x01
