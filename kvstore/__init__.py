@@ -18,16 +18,16 @@ import os
 
 from . import exceptions
 from ._backend import BACKEND
-from ._files import Recovery, TornTail
 from ._format import FORMAT_VERSION, KEY_SIZE, md5_key
 from ._keysets import KeyIntMap, KeySet
+from ._recovery import Recovery, TornTail
 from ._repair import RepairReport, repair
+from ._stats import StoreStats
 from ._store import (
     DEFAULT_BUFFER_SIZE,
     DEFAULT_MAX_VALUE_SIZE,
     DEFAULT_TAIL_CHECK_BYTES,
     Store,
-    StoreStats,
 )
 from ._verify import Damage, VerifyReport
 

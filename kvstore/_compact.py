@@ -29,31 +29,21 @@ import contextlib
 import logging
 import mmap
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
 
 import numpy as np
 
-from . import _files, _indexfile
+from . import _datafiles, _indexfile
 from . import _format as fmt
 from ._backend import check_val_records
 from ._index import HashIndex
+from ._open import _Generation
 from .exceptions import CorruptStoreError
-
-if TYPE_CHECKING:
-    from ._store import Store, _Generation
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 16  # KEY records per step
 _COPY_PIECE = 8 << 20  # VAL bytes written (or values converted) per step
-
-
-def _u32_at(data: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """The little-endian u32 at each of ``starts`` in ``data`` (a VAL record's length)."""
-    out = np.zeros(len(starts), dtype=np.int64)
-    for b in range(4):
-        out |= data[starts + b].astype(np.int64) << (8 * b)
-    return out
 
 
 def _rows(keys: np.ndarray) -> list[bytes]:
@@ -66,13 +56,13 @@ class _Writer:
 
     def __init__(self, directory: str, gen: int, capacity: int, old_val_path: str) -> None:
         self.old_val_path = old_val_path  # named in the errors about what it reads
-        self.key_path, self.val_path = _files.data_paths(directory, gen)
+        self.key_path, self.val_path = _datafiles.data_paths(directory, gen)
         self.key_tmp, self.val_tmp = self.key_path + ".tmp", self.val_path + ".tmp"
         self.key_fd = self.val_fd = -1
         self.key_fd = os.open(self.key_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.val_fd = os.open(self.val_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        _files.write_all(self.key_fd, fmt.pack_header(fmt.KEY_MAGIC, gen))
-        _files.write_all(self.val_fd, fmt.pack_header(fmt.VAL_MAGIC, gen))
+        _datafiles.write_all(self.key_fd, fmt.pack_header(fmt.KEY_MAGIC, gen))
+        _datafiles.write_all(self.val_fd, fmt.pack_header(fmt.VAL_MAGIC, gen))
         self.val_end = fmt.HEADER_SIZE
         self.key_size = fmt.HEADER_SIZE
         self.index = HashIndex(6, capacity=capacity)
@@ -89,14 +79,14 @@ class _Writer:
                 continue
             if not is_put[a]:  # a delete made while compaction ran leaves its record
                 dels = b"".join(fmt.pack_deletion(k) for k in _rows(keys[a:b]))
-                _files.write_all(self.val_fd, dels)
+                _datafiles.write_all(self.val_fd, dels)
                 self.val_end += len(dels)
             elif keyed:
                 new_offs[a:b] = self._copy(mm, keys[a:b], offs[a:b])
             else:
                 new_offs[a:b] = self._convert(mm, keys[a:b], offs[a:b])
         recs = fmt.key_records(keys, new_offs)
-        _files.write_all(self.key_fd, recs)
+        _datafiles.write_all(self.key_fd, recs)
         self.key_size += len(recs)
         self.index.set_many(keys, new_offs)
 
@@ -105,7 +95,7 @@ class _Writer:
         returns their new offsets."""
         data = np.frombuffer(mm, dtype=np.uint8)
         try:
-            lengths = _u32_at(data, starts)
+            lengths = fmt.record_lengths(data, starts)
             owners = data[starts[:, None] + np.arange(8, fmt.RECORD_HEADER_SIZE)]
         finally:
             del data
@@ -128,7 +118,7 @@ class _Writer:
         try:
             for a, b in zip(run_starts, run_ends, strict=True):
                 for pos in range(a, b, _COPY_PIECE):
-                    _files.write_all(self.val_fd, view[pos : min(b, pos + _COPY_PIECE)])
+                    _datafiles.write_all(self.val_fd, view[pos : min(b, pos + _COPY_PIECE)])
         finally:
             view.release()
         self.val_end += int(sizes.sum())
@@ -156,7 +146,7 @@ class _Writer:
             if held >= _COPY_PIECE or j == len(starts) - 1:  # bounded: a piece at a time
                 data, rel = fmt.keyed_records(keys[first : j + 1], batch)
                 new_offs[first : j + 1] = self.val_end + rel
-                _files.write_all(self.val_fd, data)
+                _datafiles.write_all(self.val_fd, data)
                 self.val_end += len(data)
                 batch, first, held = [], j + 1, 0
         return new_offs
@@ -166,7 +156,7 @@ class _Writer:
         os.fsync(self.key_fd)
         os.rename(self.val_tmp, self.val_path)  # VAL first: a lone .val is an incomplete generation
         os.rename(self.key_tmp, self.key_path)
-        _files.fsync_dir(os.path.dirname(self.key_path))
+        _datafiles.fsync_dir(os.path.dirname(self.key_path))
 
     def close(self) -> None:
         for name in ("key_fd", "val_fd"):
@@ -187,7 +177,7 @@ def _read_keys(path: str, start: int, stop: int) -> np.ndarray:
     return np.fromfile(path, dtype=fmt.KEY_RECORD_DTYPE, count=count, offset=start)
 
 
-def _map(files: _files.DataFiles, length: int) -> mmap.mmap:
+def _map(files: _datafiles.DataFiles, length: int) -> mmap.mmap:
     fd = os.open(files.val_path, os.O_RDONLY)
     try:
         return mmap.mmap(fd, length, access=mmap.ACCESS_READ)
@@ -195,71 +185,64 @@ def _map(files: _files.DataFiles, length: int) -> mmap.mmap:
         os.close(fd)
 
 
-def compact(store: Store) -> None:
-    from ._store import _Generation
+class Compaction:
+    """The file work of compacting generation ``g`` into ``g.gen + 1``. The store calls
+    the steps in order: ``Compaction(path, g)``, ``replay_tail()``, ``publish()`` and
+    ``open_new()`` under its lock after a flush; ``chunks()`` and ``copy()`` without
+    it; ``discard()`` on any failure and ``close()`` at the end."""
 
-    with store._lock:
-        g = store._writable()
-        store._flush_locked(g)
-        snapshot = g.key_size
-        old = g.files
-        writer = _Writer(store.path, old.gen + 1, capacity=len(g.index), old_val_path=old.val_path)
-        mm = _map(old, g.wbuf[0])
-    try:
-        with mm:
-            for start in range(fmt.HEADER_SIZE, snapshot, _CHUNK * fmt.KEY_RECORD_SIZE):
-                recs = _read_keys(
-                    old.key_path, start, min(snapshot, start + _CHUNK * fmt.KEY_RECORD_SIZE)
-                )
-                keys = fmt.record_keys(recs)
-                offs = recs["off"]
-                with store._lock:
-                    _check_same(store, g)
-                    current, _ = g.index.lookup_many(keys)
-                live = (offs >= 0) & (current == offs)
-                writer.append(mm, keys[live], offs[live], old.keyed)
-        with store._lock:
-            _check_same(store, g)
-            store._flush_locked(g)
-            with _map(old, g.wbuf[0]) as tail_mm:
-                for start in range(snapshot, g.key_size, _CHUNK * fmt.KEY_RECORD_SIZE):
-                    recs = _read_keys(
-                        old.key_path, start, min(g.key_size, start + _CHUNK * fmt.KEY_RECORD_SIZE)
-                    )
-                    writer.append(tail_mm, fmt.record_keys(recs), recs["off"], old.keyed)
-            writer.publish()
-            writer.close()
-            try:
-                files = _files.DataFiles(store.path, old.gen + 1, readonly=False)
-            except BaseException:
-                # The new generation is the store on disk now; writing on into the
-                # old one would lose those writes at the next open.
-                store._g = None
-                old.close()
-                store._release_lock()
-                raise
-            writer.index.fit()
-            files.remap(writer.val_end)
-            store._g = _Generation(files, writer.index, writer.val_end, writer.key_size)
-            for path in (old.key_path, old.val_path):
-                os.remove(path)  # readers holding the old files keep reading them
-            with contextlib.suppress(FileNotFoundError):  # its saved index, if any
-                os.remove(_indexfile.index_path(store.path, old.gen))
-            log.info(
-                "%s: compacted generation %d (%d bytes) into %d (%d bytes)",
-                store.path,
-                old.gen,
-                g.key_size + g.wbuf[0],
-                old.gen + 1,
-                writer.key_size + writer.val_end,
-            )
-    except BaseException:
-        writer.discard()
-        raise
+    def __init__(self, directory: str, g: _Generation) -> None:
+        self.directory, self.g, self.old = directory, g, g.files
+        self.snapshot = g.key_size  # KEY records before it are copied while others write
+        self.writer = _Writer(directory, self.old.gen + 1, capacity=len(g.index),
+                              old_val_path=self.old.val_path)
+        self.mm = _map(self.old, g.wbuf[0])
 
+    def chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(keys, offsets) of the KEY records before the snapshot, a chunk at a time."""
+        step = _CHUNK * fmt.KEY_RECORD_SIZE
+        for start in range(fmt.HEADER_SIZE, self.snapshot, step):
+            recs = _read_keys(self.old.key_path, start, min(self.snapshot, start + step))
+            yield fmt.record_keys(recs), recs["off"]
 
-def _check_same(store: Store, g: _Generation) -> None:
-    if store._g is not g:
-        from .exceptions import StoreClosedError
+    def copy(self, keys: np.ndarray, offs: np.ndarray, *, live: np.ndarray) -> None:
+        """Copy the records of a chunk whose ``live`` is set (the index still points there)."""
+        self.writer.append(self.mm, keys[live], offs[live], self.old.keyed)
 
-        raise StoreClosedError(f"{store.path}: store was closed during compaction")
+    def replay_tail(self) -> None:
+        """Copy every record written since the snapshot, in order (the store is flushed)."""
+        g, step = self.g, _CHUNK * fmt.KEY_RECORD_SIZE
+        with _map(self.old, g.wbuf[0]) as tail_mm:
+            for start in range(self.snapshot, g.key_size, step):
+                recs = _read_keys(self.old.key_path, start, min(g.key_size, start + step))
+                self.writer.append(tail_mm, fmt.record_keys(recs), recs["off"], self.old.keyed)
+
+    def publish(self) -> None:
+        """fsync the new files and rename them into place: from here on they are the store."""
+        self.writer.publish()
+        self.writer.close()
+
+    def open_new(self) -> _Generation:
+        w = self.writer
+        files = _datafiles.DataFiles(self.directory, self.old.gen + 1, readonly=False)
+        w.index.fit()
+        files.remap(w.val_end)
+        return _Generation(files, w.index, w.val_end, w.key_size)
+
+    def remove_old(self) -> None:
+        g, old, w = self.g, self.old, self.writer
+        for path in (old.key_path, old.val_path):
+            os.remove(path)  # readers holding the old files keep reading them
+        with contextlib.suppress(FileNotFoundError):  # its saved index, if any
+            os.remove(_indexfile.index_path(self.directory, old.gen))
+        log.info(
+            "%s: compacted generation %d (%d bytes) into %d (%d bytes)",
+            self.directory, old.gen, g.key_size + g.wbuf[0], old.gen + 1,
+            w.key_size + w.val_end,
+        )
+
+    def discard(self) -> None:
+        self.writer.discard()
+
+    def close(self) -> None:
+        self.mm.close()

@@ -10,7 +10,7 @@ and VAL files both exist; anything else a crash left behind (``*.tmp``, older
 generations, a half-renamed newer one) is deleted by the next writer.
 
 KEY records are read in bounded chunks (``iter_key_records``), never the whole
-file. What an open does with them after a crash is ``_files``' job.
+file. What an open does with them after a crash is ``_recovery``'s job.
 """
 
 from __future__ import annotations

@@ -65,7 +65,6 @@ __all__ = [
     "group_by_segment",
 ]
 
-_VAL_HEADER = struct.Struct("<II")
 _OFF = struct.Struct("<q")
 _TOMB = _OFF.pack(-1)
 _CHECK_BATCH = 256  # VAL records check_val_records turns into Python ints at a time
@@ -214,7 +213,7 @@ def _record_header(key: bytes, value: bytes, keyed: bool) -> bytes:
     """What precedes ``value`` in its VAL record."""
     if keyed:
         return fmt.pack_keyed_header(key, value)
-    return _VAL_HEADER.pack(len(value), zlib.crc32(value))
+    return fmt.VAL_HEADER.pack(len(value), zlib.crc32(value))
 
 
 class KeySetBase:

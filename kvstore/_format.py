@@ -56,7 +56,8 @@ VAL_MAGIC = b"KVSTVAL\n"
 MAX_VALUE_SIZE_LIMIT = DELETED - 1
 
 _HEADER = struct.Struct("<8sIIQ")
-_VAL_HEADER = struct.Struct("<II")
+# The first 8 bytes of every VAL record, either layout: u32 length, u32 CRC32.
+VAL_HEADER = struct.Struct("<II")
 _LENGTH = struct.Struct("<I")
 _OFFSET = struct.Struct("<q")
 _CRC_PIECE = 1 << 20  # bytes of one value CRC-checked per step
@@ -148,7 +149,7 @@ def check_val_record(
     """
     if off < HEADER_SIZE or off + VAL_HEADER_SIZE > size:
         return "offset outside the VAL file", 0
-    length, crc = _VAL_HEADER.unpack_from(buf, off)
+    length, crc = VAL_HEADER.unpack_from(buf, off)
     start = off + VAL_HEADER_SIZE
     end = start + length
     if end > size:
@@ -167,18 +168,18 @@ def check_val_record(
 
 
 def pack_val_record(value: bytes) -> bytes:
-    return _VAL_HEADER.pack(len(value), zlib.crc32(value)) + value
+    return VAL_HEADER.pack(len(value), zlib.crc32(value)) + value
 
 
 def pack_val_header(length: int, crc: int) -> bytes:
-    return _VAL_HEADER.pack(length, crc)
+    return VAL_HEADER.pack(length, crc)
 
 
 def unpack_val_header(
     data: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0
 ) -> tuple[int, int]:
     """Return (length, crc32) of the value record header at ``pos``."""
-    length, crc = _VAL_HEADER.unpack_from(data, pos)
+    length, crc = VAL_HEADER.unpack_from(data, pos)
     return length, crc
 
 
@@ -220,12 +221,12 @@ def keyed_crc(length_field: int, key: bytes | memoryview, value: bytes | memoryv
 def pack_keyed_header(key: bytes, value: bytes) -> bytes:
     """The 24 bytes before ``value`` in its keyed record."""
     n = len(value)
-    return _VAL_HEADER.pack(n, keyed_crc(n, key, value)) + key
+    return VAL_HEADER.pack(n, keyed_crc(n, key, value)) + key
 
 
 def pack_deletion(key: bytes) -> bytes:
     """The keyed record a delete leaves in VAL."""
-    return _VAL_HEADER.pack(DELETED, keyed_crc(DELETED, key)) + key
+    return VAL_HEADER.pack(DELETED, keyed_crc(DELETED, key)) + key
 
 
 def keyed_records(keys: np.ndarray, values: list[bytes]) -> tuple[bytes, np.ndarray]:
@@ -259,7 +260,7 @@ def check_keyed_record(
     """
     if pos < HEADER_SIZE or pos + RECORD_HEADER_SIZE > size:
         return "offset outside the VAL file", 0
-    length, crc = _VAL_HEADER.unpack_from(buf, pos)
+    length, crc = VAL_HEADER.unpack_from(buf, pos)
     deleted = length == DELETED
     end = pos + RECORD_HEADER_SIZE + (0 if deleted else length)
     if end > size:
@@ -284,6 +285,15 @@ def keyed_record_end(buf: bytes | bytearray | memoryview | mmap.mmap, pos: int) 
     """Where the (unchecked) keyed record at ``pos`` ends, by its length field."""
     (length,) = _LENGTH.unpack_from(buf, pos)
     return pos + RECORD_HEADER_SIZE + (0 if length == DELETED else length)
+
+
+def record_lengths(data: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The length fields (int64) of the VAL records at ``starts`` in ``data``, a VAL
+    file's bytes as a uint8 array (either layout: the length comes first)."""
+    out = np.zeros(len(starts), dtype=np.int64)
+    for b in range(4):
+        out |= data[starts + b].astype(np.int64) << (8 * b)
+    return out
 
 
 def record_keys(records: np.ndarray) -> np.ndarray:

@@ -13,7 +13,6 @@ CRC-valid, raises CorruptStoreError instead of handing out another key's value.
 from __future__ import annotations
 
 import os
-import struct
 import zlib
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,6 @@ from .exceptions import CorruptStoreError
 if TYPE_CHECKING:
     from ._open import _Generation
 
-_VAL_HEADER = struct.Struct("<II")
 
 
 def read_value(g: _Generation, off: int, key: bytes) -> bytes:
@@ -56,7 +54,7 @@ def read_value(g: _Generation, off: int, key: bytes) -> bytes:
             if len(value) < length:
                 value += os.pread(files.val_fd, length - len(value), off + hsize + len(value))
             head = head[:hsize]
-    _, crc = _VAL_HEADER.unpack_from(head)
+    _, crc = fmt.VAL_HEADER.unpack_from(head)
     if g.keyed:
         intact = len(value) == length and fmt.keyed_crc(length, head[8:], value) == crc
     else:
@@ -78,7 +76,7 @@ def _record_length(g: _Generation, head: bytes, off: int) -> int:
     hsize = fmt.RECORD_HEADER_SIZE if g.keyed else fmt.VAL_HEADER_SIZE
     if len(head) < hsize:
         raise CorruptStoreError(g.files.val_path, off, "value record is past the end of the file")
-    length, _ = _VAL_HEADER.unpack_from(head)
+    length, _ = fmt.VAL_HEADER.unpack_from(head)
     if g.keyed and length == fmt.DELETED:
         raise CorruptStoreError(
             g.files.val_path, off, "the record there is a deletion, not a value"

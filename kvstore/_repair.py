@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _files
+from . import _datafiles, _recovery
 from . import _format as fmt
 from ._indexfile import index_path
 from .exceptions import CorruptStoreError, StoreNotFoundError
@@ -72,13 +72,13 @@ def repair(path: str) -> RepairReport:
     is changed then), and CorruptStoreError for a format 1 or 2 store, whose VAL
     records do not name their keys."""
     path = os.fspath(path)
-    _files.prepare_directory(path, readonly=True)
-    lock = _files.acquire_lock(path)
+    _datafiles.prepare_directory(path, readonly=True)
+    lock = _datafiles.acquire_lock(path)
     try:
-        gen, _ = _files.find_generation(path)
+        gen, _ = _datafiles.find_generation(path)
         if gen is None:
             raise StoreNotFoundError(2, "no store in this directory", path)
-        files = _files.DataFiles(path, gen, readonly=False)
+        files = _datafiles.DataFiles(path, gen, readonly=False)
         try:
             # Only VAL's header counts: the KEY file, header included, is written anew.
             head = os.pread(files.val_fd, fmt.HEADER_SIZE, 0)
@@ -101,14 +101,14 @@ def repair(path: str) -> RepairReport:
         os.close(lock)
 
 
-def _rebuild(files: _files.DataFiles) -> RepairReport:
+def _rebuild(files: _datafiles.DataFiles) -> RepairReport:
     val_size = os.fstat(files.val_fd).st_size
     key_size = os.fstat(files.key_fd).st_size
     with mmap.mmap(files.val_fd, val_size, access=mmap.ACCESS_READ) as mm:
         records, end = _walk(mm, val_size, files.val_path)
     new = np.frombuffer(bytes(records), dtype=fmt.KEY_RECORD_DTYPE)
     old_n = max(0, (key_size - fmt.HEADER_SIZE) // fmt.KEY_RECORD_SIZE)
-    old = _files.read_key_records(files.key_fd, 0, old_n)
+    old = _datafiles.read_key_records(files.key_fd, 0, old_n)
     both = min(len(old), len(new))
     changed = int(np.count_nonzero(old[:both] != new[:both]))
     report_args = (len(new), changed, len(new) - both, len(old) - both, val_size - end)
@@ -154,9 +154,9 @@ def _walk(mm: mmap.mmap, size: int, val_path: str) -> tuple[bytearray, int]:
 
 
 def _replace_key_file(
-    files: _files.DataFiles, records: bytearray, key_size: int, val_size: int, val_end: int
+    files: _datafiles.DataFiles, records: bytearray, key_size: int, val_size: int, val_end: int
 ) -> tuple[str, ...]:
-    rdir = os.path.join(files.directory, _files.RECOVERED_DIR)
+    rdir = os.path.join(files.directory, _recovery.RECOVERED_DIR)
     os.makedirs(rdir, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 1_000_000_000:09d}"
     old_key = os.path.join(rdir, f"gen{files.gen:06d}-{stamp}-repair.key")
@@ -164,12 +164,12 @@ def _replace_key_file(
     if val_end < val_size:
         out = os.path.join(rdir, f"gen{files.gen:06d}-{stamp}-at{val_end}.val")
         saved.append(_copy(files.val_fd, val_end, val_size, out))
-    _files.fsync_dir(rdir)
+    _datafiles.fsync_dir(rdir)
     tmp = files.key_path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _files.write_all(fd, fmt.pack_header(fmt.KEY_MAGIC, files.gen))
-        _files.write_all(fd, records)
+        _datafiles.write_all(fd, fmt.pack_header(fmt.KEY_MAGIC, files.gen))
+        _datafiles.write_all(fd, records)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -179,7 +179,7 @@ def _replace_key_file(
     if val_end < val_size:
         os.ftruncate(files.val_fd, val_end)
         os.fsync(files.val_fd)
-    _files.fsync_dir(files.directory)
+    _datafiles.fsync_dir(files.directory)
     return tuple(saved)
 
 

@@ -1900,9 +1900,11 @@ record_header(unsigned char *header, PyObject *k, PyObject *v, int keyed)
     return RECORD_HEADER_SIZE;
 }
 
-/* Under the lock: _fallback.StoreBase.__setitem__ from `with self._lock:` on. */
+/* Under the lock: _fallback.StoreBase.__setitem__ from `with self._lock:` on. The
+ * header was made for generation `seen` (NULL: none was open), whose layout is `keyed`. */
 static int
-store_put_locked(StoreObject *self, PyObject *k, PyObject *v, unsigned char *header, int keyed)
+store_put_locked(StoreObject *self, PyObject *k, PyObject *v, unsigned char *header, int keyed,
+                 PyObject *seen)
 {
     PyObject *g, *wbuf = NULL, *buf, *kbuf = NULL, *index = NULL;
     unsigned char rec[KEY_RECORD_SIZE];
@@ -1910,10 +1912,12 @@ store_put_locked(StoreObject *self, PyObject *k, PyObject *v, unsigned char *hea
     int r = -1, now;
     if ((g = store_writable(self)) == NULL)
         return -1;
-    if ((now = gen_keyed(g)) < 0)
-        goto out;
-    if (now != keyed) /* a compaction rewrote the generation meanwhile */
-        hsize = record_header(header, k, v, now);
+    if (g != seen) { /* a compaction swapped the generation meanwhile: its layout? */
+        if ((now = gen_keyed(g)) < 0)
+            goto out;
+        if (now != keyed)
+            hsize = record_header(header, k, v, now);
+    }
     if (!(wbuf = PyObject_GetAttr(g, str_wbuf)))
         goto out;
     if (!PyTuple_CheckExact(wbuf) || PyTuple_GET_SIZE(wbuf) != 2 ||
@@ -1949,7 +1953,7 @@ out:
 static int
 store_put(StoreObject *self, PyObject *key, PyObject *value)
 {
-    PyObject *k = checked_key(key), *v = NULL, *lock = NULL;
+    PyObject *k = checked_key(key), *v = NULL, *lock = NULL, *seen = NULL;
     unsigned char header[RECORD_HEADER_SIZE];
     int r = -1, too_big = 1, keyed = 1;
     if (k == NULL)
@@ -1973,18 +1977,23 @@ store_put(StoreObject *self, PyObject *key, PyObject *value)
     }
     /* The CRC is computed before the lock is taken, for the layout of the generation
      * open now (a closed store: any, _writable() raises under the lock). */
-    if (self->g != NULL && self->g != Py_None && (keyed = gen_keyed(self->g)) < 0)
-        goto out;
+    if (self->g != NULL && self->g != Py_None) {
+        seen = self->g; /* held, so no other generation can take its address */
+        Py_INCREF(seen);
+        if ((keyed = gen_keyed(seen)) < 0)
+            goto out;
+    }
     record_header(header, k, v, keyed);
     if (!(lock = owner_lock(self->lock)) || lock_acquire(lock) < 0)
         goto out;
-    r = store_put_locked(self, k, v, header, keyed);
+    r = store_put_locked(self, k, v, header, keyed, seen);
     if (lock_release(lock) < 0)
         r = -1;
 out:
     Py_DECREF(k);
     Py_XDECREF(v);
     Py_XDECREF(lock);
+    Py_XDECREF(seen);
     return r;
 }
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _files, _indexfile
+from . import _datafiles, _indexfile, _recovery
 from . import _format as fmt
 from ._backend import check_keyed_records
 
@@ -55,7 +55,7 @@ class VerifyReport:
     key_file_bytes: int
     val_file_bytes: int
     damages: list[Damage] = field(default_factory=list)
-    torn_tail: _files.TornTail | None = None
+    torn_tail: _recovery.TornTail | None = None
     missing: list[str] = field(default_factory=list)
     format_version: int = fmt.FORMAT_VERSION
     values_damaged: bool = False  # some damage is in VAL records, not only in KEY
@@ -77,10 +77,10 @@ class VerifyReport:
 
 
 def verify(
-    files: _files.DataFiles, *, tail_check_bytes: int, chunk_records: int = _CHUNK
+    files: _datafiles.DataFiles, *, tail_check_bytes: int, chunk_records: int = _CHUNK
 ) -> VerifyReport:
     """Check the headers and every KEY record up to the files' current sizes."""
-    _files.check_headers(files)
+    _datafiles.check_headers(files)
     key_size = os.fstat(files.key_fd).st_size
     val_size = os.fstat(files.val_fd).st_size  # after KEY: see load_records
     n = (key_size - fmt.HEADER_SIZE) // fmt.KEY_RECORD_SIZE
@@ -92,7 +92,8 @@ def verify(
             values_damaged = walk.values_damaged
         else:
             damages = _plain(files.key_fd, mm, n, val_size, chunk_records)
-    scan = _files.scan_tail(files, key_size, val_size, tail_check_bytes, _files.CHUNK_RECORDS)
+    chunk = _datafiles.CHUNK_RECORDS
+    scan = _recovery.scan_tail(files, key_size, val_size, tail_check_bytes, chunk)
     missing = _missing(files, key_size, val_size)
     return VerifyReport(
         n, key_size, val_size, damages, scan.tail, missing, files.version, values_damaged
@@ -104,7 +105,7 @@ def _plain(fd: int, mm: mmap.mmap, n: int, val_size: int, chunk_records: int) ->
     """Formats 1 and 2: each put's value record, by its offset, against the one before."""
     damages: list[Damage] = []
     prev_end = fmt.HEADER_SIZE
-    for start, recs in _files.iter_key_records(fd, 0, n, chunk_records, reuse=True):
+    for start, recs in _datafiles.iter_key_records(fd, 0, n, chunk_records, reuse=True):
         offs = recs["off"]
         puts = np.flatnonzero(offs != fmt.TOMBSTONE)
         keys = recs["key"][puts].tolist()
@@ -117,7 +118,7 @@ def _plain(fd: int, mm: mmap.mmap, n: int, val_size: int, chunk_records: int) ->
     return damages
 
 
-def _missing(files: _files.DataFiles, key_size: int, val_size: int) -> list[str]:
+def _missing(files: _datafiles.DataFiles, key_size: int, val_size: int) -> list[str]:
     saved = _indexfile.saved_sizes(files.directory, files.gen)
     if saved is None:
         return []
@@ -151,7 +152,7 @@ class _Walk:
         self.values_damaged = False  # a VAL record met was unsound, or the place was lost
 
     def run(self, fd: int, n: int, chunk_records: int) -> list[Damage]:
-        for start, recs in _files.iter_key_records(fd, 0, n, chunk_records, reuse=True):
+        for start, recs in _datafiles.iter_key_records(fd, 0, n, chunk_records, reuse=True):
             raw = recs.view(np.uint8).reshape(-1)
             j = 0
             while j < len(recs):

@@ -1,4 +1,4 @@
-"""Tests of ``python -m kvstore`` (kvstore/cli.py): the line format, dump, load,
+"""Tests of ``python -m kvstore`` (kvstore/cli/): the line format, dump, load,
 stats, get, verify, compact, help and docs. put, delete, --key-of and the
 error paths run as child processes in test_cli_write.py.
 
@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvstore
-from kvstore import _cli_write, cli
+from kvstore import cli
+from kvstore.cli import _write as _cli_write
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLI_DOC = REPO_ROOT / "docs" / "CLI.md"

@@ -909,9 +909,9 @@ class TestThreads:
     ) -> None:
         """flush() holds the lock while os.write runs with the write buffer exported; a
         put that did not take the lock would resize it then (BufferError) or lose bytes."""
-        from kvstore import _files
+        from kvstore import _datafiles
 
-        real = _files.write_all
+        real = _datafiles.write_all
 
         def slow_write_all(fd: int, data: Any) -> None:
             view = memoryview(data)  # exported, as the real write is
@@ -919,7 +919,7 @@ class TestThreads:
             real(fd, view)
             view.release()
 
-        monkeypatch.setattr(_files, "write_all", slow_write_all)
+        monkeypatch.setattr(_datafiles, "write_all", slow_write_all)
         path = tmp_path / "s"
         errors: list[BaseException] = []
         stop = threading.Event()

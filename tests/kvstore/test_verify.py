@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import kvstore
-from kvstore import _files, cli
+from kvstore import _datafiles, _recovery, cli
 from kvstore.exceptions import CorruptStoreError, UnsupportedVersionError
 
 HEADER = 24
@@ -231,7 +231,7 @@ class TestTornTail:
             f.write(orphan)
         with open(key_file, "ab") as f:
             f.write(partial)
-        expected = _files.TornTail(
+        expected = _recovery.TornTail(
             key_offset=key_offset(5000),
             key_records=0,
             tombstones=0,
@@ -241,7 +241,7 @@ class TestTornTail:
             reason="",
         )
         with kvstore.open(copy5000, readonly=True) as ro:
-            assert ro.recovery == _files.Recovery(expected, truncated=False, saved=())
+            assert ro.recovery == _recovery.Recovery(expected, truncated=False, saved=())
             report = ro.verify_report()
         assert report.torn_tail == expected
         assert report.damages == [] and report.ok
@@ -271,7 +271,7 @@ class TestTornTail:
             report = ro.verify_report()
         assert [d.key for d in report.damages] == [k(4997), k(4998), k(4999)]
         assert {d.reason for d in report.damages} == {"offset outside the VAL file"}
-        assert report.torn_tail == _files.TornTail(
+        assert report.torn_tail == _recovery.TornTail(
             key_offset=key_offset(4997),
             key_records=3,
             tombstones=0,
@@ -507,10 +507,10 @@ class TestChunkedOpen:
     N = BIG_N
     CHUNK = 1000
 
-    def files(self, path: Path, readonly: bool = True) -> _files.DataFiles:
-        gen, _ = _files.find_generation(str(path))
+    def files(self, path: Path, readonly: bool = True) -> _datafiles.DataFiles:
+        gen, _ = _datafiles.find_generation(str(path))
         assert gen is not None
-        return _files.DataFiles(str(path), gen, readonly=readonly)
+        return _datafiles.DataFiles(str(path), gen, readonly=readonly)
 
     def test_load_and_chunks_hold_one_chunk_at_a_time(self, big: Path) -> None:
         key_file, _ = data_pair(big)
@@ -521,7 +521,7 @@ class TestChunkedOpen:
         try:
             tracemalloc.start()
             try:
-                loaded = _files.load_records(
+                loaded = _recovery.load_records(
                     files, readonly=True, tail_check_bytes=1 << 20, chunk_records=self.CHUNK
                 )
                 scan_peak = tracemalloc.get_traced_memory()[1]
@@ -559,7 +559,7 @@ class TestChunkedOpen:
         flip(val_file, size - 2)  # the last put's value
         files = self.files(dest)
         try:
-            loaded = _files.load_records(
+            loaded = _recovery.load_records(
                 files, readonly=True, tail_check_bytes=1 << 20, chunk_records=self.CHUNK
             )
             n = sum(len(c) for c in loaded.chunks())

@@ -1,13 +1,4 @@
-"""``python -m kvstore``: dump, load, stats, get, put, delete, verify, compact, repair.
-
-Commands that only read (dump, stats, get, verify) open the store read-only,
-so they work beside a live writer; load, put, delete, compact and repair take
-the write lock. Only ``load`` and ``put --create`` make a store; every other
-command refuses a PATH that holds none. Every user error is one line,
-``kvstore: error: ...``, on stderr: exit status 1 for failures, 2 for usage.
-The dump line format lives in ``_cli_lines`` (and docs/CLI.md), the writing
-commands in ``_cli_write``.
-"""
+"""The parser, the read-only commands (dump, stats, get, verify), repair, and ``main``."""
 
 from __future__ import annotations
 
@@ -22,8 +13,10 @@ import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO, NoReturn
 
-from kvstore._cli_lines import escape_value, format_record, parse_record, unescape_value
-from kvstore._cli_support import (
+from .._repair import repair
+from ..exceptions import KVStoreError
+from ._lines import escape_value, format_record, parse_record, unescape_value
+from ._support import (
     PROG,
     CliError,
     both_keys_error,
@@ -34,9 +27,7 @@ from kvstore._cli_support import (
     plural,
     take_key,
 )
-from kvstore._cli_write import cmd_compact, cmd_delete, cmd_load, cmd_put
-from kvstore._repair import repair
-from kvstore.exceptions import KVStoreError
+from ._write import cmd_compact, cmd_delete, cmd_load, cmd_put
 
 __all__ = [
     "CliError",

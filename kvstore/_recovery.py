@@ -16,9 +16,7 @@ file finds the torn tail, and ``Loaded.chunks()`` reads the kept records
 again for the index. The CRC check of the tail is ``check_val_records`` (C, or
 its pure-Python twin: see ``_backend``).
 
-The directory, its lock and a generation's files are ``_datafiles``' (its
-names are re-exported here, where the rest of the package has always found
-them).
+The directory, its lock and a generation's files are ``_datafiles``'.
 """
 
 from __future__ import annotations
@@ -37,42 +35,22 @@ from . import _format as fmt
 from ._backend import check_keyed_records, check_val_records
 from ._datafiles import (
     CHUNK_RECORDS,
-    LOCK_NAME,
     DataFiles,
-    acquire_lock,
     check_headers,
-    create_generation,
-    data_paths,
-    find_generation,
     fsync_dir,
     iter_key_records,
-    prepare_directory,
     read_key_records,
-    write_all,
 )
 from ._indexfile import index_path
 
 __all__ = [
-    "CHUNK_RECORDS",
-    "LOCK_NAME",
     "RECOVERED_DIR",
-    "DataFiles",
     "Loaded",
     "Recovery",
     "TailScan",
     "TornTail",
-    "acquire_lock",
-    "check_headers",
-    "create_generation",
-    "data_paths",
-    "find_generation",
-    "fsync_dir",
-    "iter_key_records",
     "load_records",
-    "prepare_directory",
-    "read_key_records",
     "scan_tail",
-    "write_all",
 ]
 
 log = logging.getLogger(__name__)
