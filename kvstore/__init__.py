@@ -18,18 +18,18 @@ import os
 
 from . import exceptions
 from ._backend import BACKEND
-from ._files import Recovery, TornTail
 from ._format import FORMAT_VERSION, KEY_SIZE, md5_key
 from ._keysets import KeyIntMap, KeySet
+from ._recovery import Recovery, TornTail
+from ._repair import RepairReport, repair
+from ._stats import StoreStats
 from ._store import (
     DEFAULT_BUFFER_SIZE,
     DEFAULT_MAX_VALUE_SIZE,
     DEFAULT_TAIL_CHECK_BYTES,
-    Damage,
     Store,
-    StoreStats,
 )
-from ._verify import VerifyReport
+from ._verify import Damage, VerifyReport
 
 __all__ = [
     "BACKEND",
@@ -42,6 +42,7 @@ __all__ = [
     "KeyIntMap",
     "KeySet",
     "Recovery",
+    "RepairReport",
     "Store",
     "StoreStats",
     "TornTail",
@@ -49,6 +50,7 @@ __all__ = [
     "exceptions",
     "md5_key",
     "open",
+    "repair",
 ]
 
 

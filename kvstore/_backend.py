@@ -15,7 +15,8 @@ group by segment, rebuild decisions) and call C for the loops that numpy
 could only run in rounds: ``_lookup_into`` (``contains_many``,
 ``lookup_many``), ``_insert_segment`` (``put_many`` and the index build on
 open), ``_group_batch`` (a batch's keys grouped by segment, repeats dropped)
-and ``_hash_keys``.
+and ``_hash_keys``; and the CRC walks over VAL records on open
+(``check_val_records``, ``check_keyed_records``).
 
 There are two sets of those bases with the same names and fields:
 ``kvstore._speedups`` (C) and ``kvstore._fallback`` (Python). The Python
@@ -55,7 +56,7 @@ from . import _fallback
 
 log = logging.getLogger(__name__)
 
-API_VERSION = 3  # must equal _speedups.API_VERSION
+API_VERSION = 4  # must equal _speedups.API_VERSION
 # Constants both implementations must agree on.
 _SHARED = (
     "KEY_SIZE",
@@ -103,10 +104,12 @@ if TYPE_CHECKING or _impl is None:
         Lock,
         SegmentBase,
         StoreBase,
+        check_keyed_records,
         check_val_records,
     )
 else:
     Lock = _impl.Lock
+    check_keyed_records = _impl.check_keyed_records
     check_val_records = _impl.check_val_records
     IndexBase = _impl.IndexBase
     KeyIntMapBase = _impl.KeyIntMapBase
@@ -123,5 +126,6 @@ __all__ = [
     "Lock",
     "SegmentBase",
     "StoreBase",
+    "check_keyed_records",
     "check_val_records",
 ]

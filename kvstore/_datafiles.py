@@ -10,7 +10,7 @@ and VAL files both exist; anything else a crash left behind (``*.tmp``, older
 generations, a half-renamed newer one) is deleted by the next writer.
 
 KEY records are read in bounded chunks (``iter_key_records``), never the whole
-file. What an open does with them after a crash is ``_files``' job.
+file. What an open does with them after a crash is ``_recovery``'s job.
 """
 
 from __future__ import annotations
@@ -148,6 +148,16 @@ class DataFiles:
                 exc.errno, f"cannot open data file: {exc.strerror}", exc.filename
             ) from exc
         self.mm: tuple[mmap.mmap | None, int] = (None, 0)
+        self.version = fmt.FORMAT_VERSION  # what the headers say: check_headers reads it
+
+    @property
+    def keyed(self) -> bool:
+        """Whether VAL records name their keys (format 3 on; see _format)."""
+        return self.version >= fmt.KEYED_VERSION
+
+    @property
+    def record_header_size(self) -> int:
+        return fmt.RECORD_HEADER_SIZE if self.keyed else fmt.VAL_HEADER_SIZE
 
     def remap(self, length: int) -> tuple[mmap.mmap | None, int]:
         """Map the first ``length`` bytes of VAL (all of them on disk) for reads."""
@@ -215,10 +225,11 @@ def iter_key_records(
 
 
 def check_headers(files: DataFiles) -> None:
+    """Check both headers; note the format version in ``files.version``."""
     key_hdr = os.pread(files.key_fd, fmt.HEADER_SIZE, 0)
     val_hdr = os.pread(files.val_fd, fmt.HEADER_SIZE, 0)
-    kgen = fmt.unpack_header(key_hdr, fmt.KEY_MAGIC, files.key_path)
-    vgen = fmt.unpack_header(val_hdr, fmt.VAL_MAGIC, files.val_path)
+    kgen, kver = fmt.unpack_header_version(key_hdr, fmt.KEY_MAGIC, files.key_path)
+    vgen, vver = fmt.unpack_header_version(val_hdr, fmt.VAL_MAGIC, files.val_path)
     if kgen != files.gen or vgen != files.gen:
         raise CorruptStoreError(
             files.key_path,
@@ -226,3 +237,8 @@ def check_headers(files: DataFiles) -> None:
             f"generation mismatch: file name says {files.gen}, "
             f"KEY header {kgen}, VAL header {vgen}",
         )
+    if kver != vver:  # the VAL layout follows the version: the pair must agree
+        raise CorruptStoreError(
+            files.key_path, 8, f"format version mismatch: KEY file {kver}, VAL file {vver}"
+        )
+    files.version = kver

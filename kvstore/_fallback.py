@@ -59,12 +59,12 @@ __all__ = [
     "SegmentBase",
     "StoreBase",
     "check_key",
+    "check_keyed_records",
     "check_val_records",
     "decode_values",
     "group_by_segment",
 ]
 
-_VAL_HEADER = struct.Struct("<II")
 _OFF = struct.Struct("<q")
 _TOMB = _OFF.pack(-1)
 _CHECK_BATCH = 256  # VAL records check_val_records turns into Python ints at a time
@@ -89,7 +89,11 @@ def check_key(key: Any) -> bytes:
 
 class StoreBase:
     """``Store``'s single-key paths. The owner provides ``_live()``, ``_writable()``,
-    ``_check_value(value)``, ``_read(g, off)`` and ``_flush_locked(g)``."""
+    ``_check_value(value)``, ``_read(g, off, key)`` and ``_flush_locked(g)``.
+
+    A generation ``g`` says its VAL layout in ``g.keyed`` (see ``_format``): a keyed
+    record carries its key and a CRC over length, key and value, and a delete appends
+    one too; a plain (format 1, 2) record carries a CRC of the value only."""
 
     __slots__ = ("_g", "_lock", "readonly", "max_value_size", "_buffer_size")
     _g: Any
@@ -106,7 +110,7 @@ class StoreBase:
 
         def _check_value(self, value: Any) -> bytes: ...
 
-        def _read(self, g: Any, off: int) -> bytes: ...
+        def _read(self, g: Any, off: int, key: bytes) -> bytes: ...
 
         def _flush_locked(self, g: Any) -> None: ...
 
@@ -125,14 +129,18 @@ class StoreBase:
             v if type(v) is bytes and len(v) <= limit else self._check_value(v) for v in values
         ]
 
-    def _pack_values(self, values: list[bytes], rel: np.ndarray) -> bytes:
-        """``put_many``'s VAL records, back to back, each value checked as a put checks
-        it; ``rel[j]`` = where record j starts. Thread-safe (touches no store state)."""
+    def _pack_values(self, keys: np.ndarray, values: list[bytes], rel: np.ndarray,
+                     keyed: bool) -> bytes:
+        """``put_many``'s VAL records for ``keys`` ((n, 16) uint8), keyed or plain, back
+        to back, each value checked as a put checks it; ``rel[j]`` = where record j
+        starts. Thread-safe (touches no store state)."""
         vals = [
             v if type(v) is bytes and len(v) <= self.max_value_size else self._check_value(v)
             for v in values
         ]
-        data, starts = fmt.val_records(vals)
+        if len(keys) != len(vals):
+            raise ValueError("_pack_values: keys and values differ in length")
+        data, starts = fmt.keyed_records(keys, vals) if keyed else fmt.val_records(vals)
         rel[:] = starts
         return data
 
@@ -145,7 +153,7 @@ class StoreBase:
         off = g.index.get(key)
         if off < 0:
             raise KeyError(key)
-        return self._read(g, off)
+        return self._read(g, off, key)
 
     def get(self, key: bytes, default: Any = None) -> Any:
         """The value, or ``default`` if absent. Lock-free."""
@@ -157,18 +165,22 @@ class StoreBase:
         off = g.index.get(key)
         if off < 0:
             return default
-        return self._read(g, off)
+        return self._read(g, off, key)
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
         if type(key) is not bytes or len(key) != KEY_SIZE:
             key = check_key(key)
         if type(value) is not bytes or len(value) > self.max_value_size:
             value = self._check_value(value)
-        header = _VAL_HEADER.pack(len(value), zlib.crc32(value))
+        g = self._g
+        keyed = g is None or g.keyed  # the CRC is computed before the lock is taken
+        header = _record_header(key, value, keyed)
         with self._lock:
             g = self._g
             if g is None or self.readonly:
                 g = self._writable()
+            if g.keyed is not keyed:  # a compaction rewrote the generation meanwhile
+                header = _record_header(key, value, g.keyed)
             base, buf = g.wbuf
             off = base + len(buf)
             buf += header
@@ -186,10 +198,22 @@ class StoreBase:
             g = self._writable()
             if g.index.delete(key) < 0:
                 raise KeyError(key)
+            buffered = 0
+            if g.keyed:  # the delete leaves its record in VAL too
+                buf = g.wbuf[1]
+                buf += fmt.pack_deletion(key)
+                buffered = len(buf)
             g.kbuf += key
             g.kbuf += _TOMB
-            if len(g.kbuf) >= self._buffer_size:
+            if buffered + len(g.kbuf) >= self._buffer_size:
                 self._flush_locked(g)
+
+
+def _record_header(key: bytes, value: bytes, keyed: bool) -> bytes:
+    """What precedes ``value`` in its VAL record."""
+    if keyed:
+        return fmt.pack_keyed_header(key, value)
+    return fmt.VAL_HEADER.pack(len(value), zlib.crc32(value))
 
 
 class KeySetBase:
@@ -262,6 +286,29 @@ class KeyIntMapBase:
         with self._lock:
             if self._index.delete(key) < 0:
                 raise KeyError(key)
+
+
+def check_keyed_records(buf: Any, records: Any, size: int, pos: int) -> tuple[int, int]:
+    """``_format.check_keyed_record`` for the KEY records ``records`` (a buffer of whole
+    24-byte records, in file order), the first standing for the keyed VAL record at
+    ``pos`` of a VAL file whose first ``size`` bytes are ``buf``, each next one for the
+    record after: (how many pass before the first that fails, where the last that
+    passed ends, or ``pos``). The caller asks check_keyed_record why one fails."""
+    if not 0 <= size <= len(buf):
+        raise ValueError("check_keyed_records: size is outside the buffer")
+    raw = memoryview(records).cast("B")
+    if len(raw) % fmt.KEY_RECORD_SIZE:
+        raise ValueError("check_keyed_records: records are not whole KEY records")
+    passed = 0
+    for i in range(0, len(raw), fmt.KEY_RECORD_SIZE):
+        key = bytes(raw[i : i + KEY_SIZE])
+        (off,) = _OFF.unpack_from(raw, i + KEY_SIZE)
+        problem, end = fmt.check_keyed_record(buf, pos, size, key, off)
+        if problem is not None:
+            break
+        pos = end
+        passed += 1
+    return passed, pos
 
 
 def check_val_records(buf: Any, offs: np.ndarray, size: int, prev_end: int) -> tuple[int, int]:

@@ -196,6 +196,24 @@ def _load(
     return index
 
 
+def saved_sizes(directory: str, gen: int) -> tuple[int, int] | None:
+    """(KEY length, VAL length) of generation ``gen`` at the clean close that saved its
+    index, if an index with a sound header is there; else None. Data files only grow,
+    so files shorter than this lost records (``verify`` says so)."""
+    try:
+        with open(index_path(directory, gen), "rb") as f:
+            head = f.read(_HEADER.size + _HEADER_CRC.size)
+    except OSError:
+        return None
+    if len(head) < _HEADER.size + _HEADER_CRC.size:
+        return None
+    (magic, version, _w, g, ksize, vsize, _kc, _vc, _n) = _HEADER.unpack_from(head)
+    (hcrc,) = _HEADER_CRC.unpack_from(head, _HEADER.size)
+    if magic != MAGIC or version != VERSION or zlib.crc32(head[: _HEADER.size]) != hcrc:
+        return None
+    return (int(ksize), int(vsize)) if g == gen else None
+
+
 def _stale(path: str, why: str) -> HashIndex | None:
     """Log why the saved index is not used; always None (so loaders can return it)."""
     log.info("%s: saved index not used (%s); rebuilding it from the KEY file", path, why)

@@ -5,7 +5,7 @@ Theory of operation
 -------------------
 ``load`` first asks ``_indexfile`` for the saved index, which it trusts only when
 its stamp matches the files exactly; then the files are what the clean close
-left, and nothing is recovered. Otherwise ``_files.load_records`` finds the sound
+left, and nothing is recovered. Otherwise ``_recovery.load_records`` finds the sound
 part of the files (cutting a torn tail for a writer) and the index is built from
 the kept KEY records one bounded chunk at a time, sized once for all of them.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from . import _files, _indexfile
+from . import _datafiles, _indexfile, _recovery
 from . import _format as fmt
 from ._index import HashIndex
 
@@ -36,14 +36,17 @@ def _release_freed_memory() -> None:
 
 
 class _Generation:
-    """Everything that compaction replaces at once."""
+    """Everything that compaction replaces at once. ``keyed``: the VAL records' layout
+    (see _format), which the C paths read here, per generation: a compaction from
+    format 2 to 3 swaps it with the rest."""
 
-    __slots__ = ("files", "index", "wbuf", "kbuf", "key_size")
+    __slots__ = ("files", "index", "wbuf", "kbuf", "key_size", "keyed")
 
     def __init__(
-        self, files: _files.DataFiles, index: HashIndex, val_end: int, key_size: int
+        self, files: _datafiles.DataFiles, index: HashIndex, val_end: int, key_size: int
     ) -> None:
         self.files = files
+        self.keyed = files.keyed
         self.index = index
         self.wbuf: tuple[int, bytearray] = (val_end, bytearray())
         self.kbuf = bytearray()
@@ -55,19 +58,19 @@ class _Generation:
 
 
 def load(
-    files: _files.DataFiles,
+    files: _datafiles.DataFiles,
     path: str,
     *,
     readonly: bool,
     capacity: int,
     tail_check_bytes: int,
     chunk_records: int,
-) -> tuple[_Generation, _files.Recovery | None, str]:
+) -> tuple[_Generation, _recovery.Recovery | None, str]:
     """(the generation, what the open left out or None, "saved" or "rebuilt")."""
     saved = _load_saved(files, path)
     if saved is not None:
         return saved, None, "saved"  # the files are exactly what a clean close left
-    loaded = _files.load_records(
+    loaded = _recovery.load_records(
         files,
         readonly=readonly,
         tail_check_bytes=tail_check_bytes,
@@ -87,10 +90,10 @@ def load(
     return _Generation(files, index, val_end, key_size), recovery, "rebuilt"
 
 
-def _load_saved(files: _files.DataFiles, path: str) -> _Generation | None:
+def _load_saved(files: _datafiles.DataFiles, path: str) -> _Generation | None:
     """The generation with the index a clean close saved, if it matches the files
     exactly (see _indexfile); None otherwise, and the caller rebuilds."""
-    _files.check_headers(files)
+    _datafiles.check_headers(files)
     key_size = os.fstat(files.key_fd).st_size
     val_size = os.fstat(files.val_fd).st_size
     index = _indexfile.load(

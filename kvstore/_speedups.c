@@ -40,7 +40,7 @@
 #include <zlib.h>
 
 /* Bump when a change here must not run with an older _fallback.py. */
-#define API_VERSION 3
+#define API_VERSION 4
 
 #define KEY_SIZE 16
 #define NUM_SEGMENTS 16
@@ -53,8 +53,10 @@
 #define MULT128_HI 0x9E3779B97F4A7C15ULL
 #define MULT128_LO 0xF39CC0605CEDC835ULL
 #define MULT64 0xBF58476D1CE4E5B9ULL
-#define VAL_HEADER_SIZE 8
-#define MAX_RECORD_VALUE 0xFFFFFFFFLL /* a VAL header's u32 length */
+#define VAL_HEADER_SIZE 8     /* a plain (format 1, 2) VAL record: u32 length, u32 CRC */
+#define RECORD_HEADER_SIZE 24 /* a keyed (format 3) one: u32 length, u32 CRC, the key */
+#define DELETED 0xFFFFFFFFLL  /* a keyed record's length field for a deletion */
+#define MAX_RECORD_VALUE 0xFFFFFFFELL /* a u32 length, its largest value meaning DELETED */
 #define KEY_RECORD_SIZE 24
 #define HEADER_SIZE 24 /* of the KEY and VAL files */
 #define CRC_NOGIL_BYTES (64 * 1024) /* zlib.crc32 lets go of the GIL above 5 KiB */
@@ -75,7 +77,7 @@ static PyObject *check_key_fn; /* kvstore._fallback.check_key: the slow path of 
 static PyObject *str_acquire, *str_release, *str_rebuild, *str_random_live_key, *str_rng,
     *str_getrandbits, *str_index, *str_wbuf, *str_kbuf, *str_files, *str_mm, *str_live_m,
     *str_writable, *str_check_value, *str_read, *str_flush_locked, *str_get, *str_set,
-    *str_delete;
+    *str_delete, *str_keyed;
 
 /* ------------------------------------------------------------------ bytes and hash */
 
@@ -190,9 +192,9 @@ crc_init(void)
 }
 
 static uint32_t
-crc32_short(const unsigned char *p, Py_ssize_t n)
+crc32_short(uint32_t crc, const unsigned char *p, Py_ssize_t n)
 {
-    uint32_t c = 0xFFFFFFFFu;
+    uint32_t c = ~crc;
     for (; n >= 8; p += 8, n -= 8) {
         uint64_t w = load_le(p, 8) ^ c;
         c = crc_table[7][w & 0xFF] ^ crc_table[6][(w >> 8) & 0xFF] ^
@@ -206,13 +208,14 @@ crc32_short(const unsigned char *p, Py_ssize_t n)
 }
 
 /* The CRC of n bytes that no other thread can change (an immutable bytes object we
- * hold, or one not handed out yet), so the GIL may go while a long one runs. */
+ * hold, or one not handed out yet), so the GIL may go while a long one runs;
+ * continued from `start` (0 for a CRC of these bytes alone), as zlib.crc32(p, start). */
 static uint32_t
-crc32_of(const unsigned char *p, Py_ssize_t n, int may_release_gil)
+crc32_of(uint32_t start, const unsigned char *p, Py_ssize_t n, int may_release_gil)
 {
     if (n < CRC_ZLIB_BYTES)
-        return crc32_short(p, n);
-    uLong crc = crc32(0L, Z_NULL, 0);
+        return crc32_short(start, p, n);
+    uLong crc = start;
     PyThreadState *ts = NULL;
     if (may_release_gil && n >= CRC_NOGIL_BYTES)
         ts = PyEval_SaveThread();
@@ -225,6 +228,14 @@ crc32_of(const unsigned char *p, Py_ssize_t n, int may_release_gil)
     if (ts)
         PyEval_RestoreThread(ts);
     return (uint32_t)crc;
+}
+
+/* _format.keyed_crc up to the value: the CRC of a keyed record's length field and key,
+ * which the value's bytes continue. */
+static uint32_t
+keyed_head_crc(const unsigned char *length_field, const unsigned char *key)
+{
+    return crc32_short(crc32_short(0, length_field, 4), key, KEY_SIZE);
 }
 
 /* --------------------------------------------------------------------- buffers */
@@ -1680,15 +1691,22 @@ Store_contains(StoreObject *self, PyObject *key)
 }
 
 /* The common cases of Store._read (a value in the write buffer, or inside the map),
- * checked as it checks them. Returns NULL *without* an exception for every other
- * case, for _read itself to handle (pread, remap, a bad record, a CRC failure). */
+ * checked as it checks them, the record's key against `key` in a keyed generation.
+ * Returns NULL *without* an exception for every other case, for _read itself to
+ * handle (pread, remap, a bad record, a CRC failure, another key's record). */
 static PyObject *
-read_fast(PyObject *g, long long off)
+read_fast(PyObject *g, long long off, PyObject *key)
 {
-    PyObject *wbuf = NULL, *files = NULL, *mmt = NULL, *res = NULL;
+    PyObject *wbuf = NULL, *files = NULL, *mmt = NULL, *res = NULL, *kd = NULL;
     Py_buffer view = {0};
     const unsigned char *p;
-    long long base, length, crc;
+    long long base, length, crc, hsize;
+    uint32_t head_crc = 0;
+    int keyed;
+    if (!(kd = PyObject_GetAttr(g, str_keyed)))
+        goto out;
+    keyed = kd == Py_True;
+    hsize = keyed ? RECORD_HEADER_SIZE : VAL_HEADER_SIZE;
     if (!(wbuf = PyObject_GetAttr(g, str_wbuf)) || !PyTuple_CheckExact(wbuf) ||
         PyTuple_GET_SIZE(wbuf) != 2)
         goto out;
@@ -1698,21 +1716,25 @@ read_fast(PyObject *g, long long off)
     if (off >= base) {
         PyObject *buf = PyTuple_GET_ITEM(wbuf, 1); /* kept alive by wbuf */
         long long rel = off - base, size;
-        if (!PyByteArray_Check(buf) || rel > (size = PyByteArray_GET_SIZE(buf)) - VAL_HEADER_SIZE)
+        if (!PyByteArray_Check(buf) || rel > (size = PyByteArray_GET_SIZE(buf)) - hsize)
             goto out;
         p = (const unsigned char *)PyByteArray_AS_STRING(buf) + rel;
         length = (long long)load_le(p, 4);
         crc = (long long)load_le(p + 4, 4);
-        if (length > size - rel - VAL_HEADER_SIZE || !(res = PyBytes_FromStringAndSize(NULL, length)))
+        if (keyed) {
+            if (length == DELETED || memcmp(p + 8, PyBytes_AS_STRING(key), KEY_SIZE) != 0)
+                goto out;
+            head_crc = keyed_head_crc(p, p + 8);
+        }
+        if (length > size - rel - hsize || !(res = PyBytes_FromStringAndSize(NULL, length)))
             goto out;
         /* The allocation may have let writers run: the buffer only grows, but it may
          * have moved. */
-        if (rel + VAL_HEADER_SIZE + length > PyByteArray_GET_SIZE(buf)) {
+        if (rel + hsize + length > PyByteArray_GET_SIZE(buf)) {
             Py_CLEAR(res);
             goto out;
         }
-        memcpy(PyBytes_AS_STRING(res), PyByteArray_AS_STRING(buf) + rel + VAL_HEADER_SIZE,
-               (size_t)length);
+        memcpy(PyBytes_AS_STRING(res), PyByteArray_AS_STRING(buf) + rel + hsize, (size_t)length);
     }
     else {
         long long mlen, limit;
@@ -1723,26 +1745,33 @@ read_fast(PyObject *g, long long off)
         mm = PyTuple_GET_ITEM(mmt, 0);
         mlen = PyLong_AsLongLong(PyTuple_GET_ITEM(mmt, 1));
         if ((mlen == -1 && PyErr_Occurred()) || base - mlen > REMAP_SLACK || mm == Py_None ||
-            off + VAL_HEADER_SIZE > mlen)
+            off + hsize > mlen)
             goto out;
         /* Our export keeps the map open and mapped even if the files are closed meanwhile. */
         if (PyObject_GetBuffer(mm, &view, PyBUF_SIMPLE) < 0)
             goto out;
         limit = mlen < view.len ? mlen : view.len;
-        if (off < 0 || off + VAL_HEADER_SIZE > limit)
+        if (off < 0 || off + hsize > limit)
             goto out;
         p = (const unsigned char *)view.buf + off;
         length = (long long)load_le(p, 4);
         crc = (long long)load_le(p + 4, 4);
-        if (off + VAL_HEADER_SIZE + length > limit ||
-            !(res = PyBytes_FromStringAndSize((const char *)p + VAL_HEADER_SIZE, length)))
+        if (keyed) {
+            if (length == DELETED || memcmp(p + 8, PyBytes_AS_STRING(key), KEY_SIZE) != 0)
+                goto out;
+            head_crc = keyed_head_crc(p, p + 8);
+        }
+        if (off + hsize + length > limit ||
+            !(res = PyBytes_FromStringAndSize((const char *)p + hsize, length)))
             goto out;
     }
-    if (crc32_of((const unsigned char *)PyBytes_AS_STRING(res), length, 1) != (uint32_t)crc)
+    if (crc32_of(head_crc, (const unsigned char *)PyBytes_AS_STRING(res), length, 1) !=
+        (uint32_t)crc)
         Py_CLEAR(res); /* _read raises CorruptStoreError */
 out:
     if (view.obj)
         PyBuffer_Release(&view);
+    Py_XDECREF(kd);
     Py_XDECREF(wbuf);
     Py_XDECREF(files);
     Py_XDECREF(mmt);
@@ -1769,11 +1798,11 @@ store_lookup(StoreObject *self, PyObject *key, PyObject *dflt)
         }
         goto out;
     }
-    if ((res = read_fast(g, off)) == NULL) {
+    if ((res = read_fast(g, off, k)) == NULL) {
         PyObject *o = PyLong_FromLongLong(off);
         if (o != NULL) {
-            PyObject *args[3] = {(PyObject *)self, g, o};
-            res = PyObject_VectorcallMethod(str_read, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+            PyObject *args[4] = {(PyObject *)self, g, o, k};
+            res = PyObject_VectorcallMethod(str_read, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                             NULL);
             Py_DECREF(o);
         }
@@ -1842,16 +1871,53 @@ flush_if_full(StoreObject *self, PyObject *g, Py_ssize_t buffered)
     return 0;
 }
 
-/* Under the lock: _fallback.StoreBase.__setitem__ from `with self._lock:` on. */
+/* A generation's VAL layout (its `keyed`): 1 keyed, 0 plain, -1 error. */
 static int
-store_put_locked(StoreObject *self, PyObject *k, PyObject *v, const unsigned char *header)
+gen_keyed(PyObject *g)
+{
+    PyObject *kd = PyObject_GetAttr(g, str_keyed);
+    if (kd == NULL)
+        return -1;
+    int keyed = kd == Py_True;
+    Py_DECREF(kd);
+    return keyed;
+}
+
+/* _fallback._record_header: what precedes the value v in its VAL record; returns its
+ * size (RECORD_HEADER_SIZE or VAL_HEADER_SIZE). */
+static long long
+record_header(unsigned char *header, PyObject *k, PyObject *v, int keyed)
+{
+    Py_ssize_t n = PyBytes_GET_SIZE(v);
+    const unsigned char *value = (const unsigned char *)PyBytes_AS_STRING(v);
+    store_le(header, (uint64_t)n, 4);
+    if (!keyed) {
+        store_le(header + 4, crc32_of(0, value, n, 1), 4);
+        return VAL_HEADER_SIZE;
+    }
+    memcpy(header + 8, PyBytes_AS_STRING(k), KEY_SIZE);
+    store_le(header + 4, crc32_of(keyed_head_crc(header, header + 8), value, n, 1), 4);
+    return RECORD_HEADER_SIZE;
+}
+
+/* Under the lock: _fallback.StoreBase.__setitem__ from `with self._lock:` on. The
+ * header was made for generation `seen` (NULL: none was open), whose layout is `keyed`. */
+static int
+store_put_locked(StoreObject *self, PyObject *k, PyObject *v, unsigned char *header, int keyed,
+                 PyObject *seen)
 {
     PyObject *g, *wbuf = NULL, *buf, *kbuf = NULL, *index = NULL;
     unsigned char rec[KEY_RECORD_SIZE];
-    long long base;
-    int r = -1;
+    long long base, hsize = keyed ? RECORD_HEADER_SIZE : VAL_HEADER_SIZE;
+    int r = -1, now;
     if ((g = store_writable(self)) == NULL)
         return -1;
+    if (g != seen) { /* a compaction swapped the generation meanwhile: its layout? */
+        if ((now = gen_keyed(g)) < 0)
+            goto out;
+        if (now != keyed)
+            hsize = record_header(header, k, v, now);
+    }
     if (!(wbuf = PyObject_GetAttr(g, str_wbuf)))
         goto out;
     if (!PyTuple_CheckExact(wbuf) || PyTuple_GET_SIZE(wbuf) != 2 ||
@@ -1865,10 +1931,10 @@ store_put_locked(StoreObject *self, PyObject *k, PyObject *v, const unsigned cha
     buf = PyTuple_GET_ITEM(wbuf, 1);
     long long off = base + PyByteArray_GET_SIZE(buf);
     Py_ssize_t vlen = PyBytes_GET_SIZE(v), size = PyByteArray_GET_SIZE(buf);
-    if (PyByteArray_Resize(buf, size + VAL_HEADER_SIZE + vlen) < 0)
+    if (PyByteArray_Resize(buf, size + hsize + vlen) < 0)
         goto out;
-    memcpy(PyByteArray_AS_STRING(buf) + size, header, VAL_HEADER_SIZE);
-    memcpy(PyByteArray_AS_STRING(buf) + size + VAL_HEADER_SIZE, PyBytes_AS_STRING(v), (size_t)vlen);
+    memcpy(PyByteArray_AS_STRING(buf) + size, header, (size_t)hsize);
+    memcpy(PyByteArray_AS_STRING(buf) + size + hsize, PyBytes_AS_STRING(v), (size_t)vlen);
     memcpy(rec, PyBytes_AS_STRING(k), KEY_SIZE);
     store_le(rec + KEY_SIZE, (uint64_t)off, 8);
     if (!(kbuf = gen_bytearray(g, str_kbuf)) || append(kbuf, rec, KEY_RECORD_SIZE) < 0)
@@ -1887,9 +1953,9 @@ out:
 static int
 store_put(StoreObject *self, PyObject *key, PyObject *value)
 {
-    PyObject *k = checked_key(key), *v = NULL, *lock = NULL;
-    unsigned char header[VAL_HEADER_SIZE];
-    int r = -1, too_big = 1;
+    PyObject *k = checked_key(key), *v = NULL, *lock = NULL, *seen = NULL;
+    unsigned char header[RECORD_HEADER_SIZE];
+    int r = -1, too_big = 1, keyed = 1;
     if (k == NULL)
         return -1;
     if (PyBytes_CheckExact(value) && self->max_value_size != NULL &&
@@ -1906,21 +1972,28 @@ store_put(StoreObject *self, PyObject *key, PyObject *value)
         goto out;
     }
     if (PyBytes_GET_SIZE(v) > MAX_RECORD_VALUE) { /* only if max_value_size was raised */
-        PyErr_SetString(PyExc_OverflowError, "a VAL record holds at most 2**32 - 1 bytes");
+        PyErr_SetString(PyExc_OverflowError, "a VAL record holds at most 2**32 - 2 bytes");
         goto out;
     }
-    store_le(header, (uint64_t)PyBytes_GET_SIZE(v), 4);
-    store_le(header + 4,
-             crc32_of((const unsigned char *)PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v), 1), 4);
+    /* The CRC is computed before the lock is taken, for the layout of the generation
+     * open now (a closed store: any, _writable() raises under the lock). */
+    if (self->g != NULL && self->g != Py_None) {
+        seen = self->g; /* held, so no other generation can take its address */
+        Py_INCREF(seen);
+        if ((keyed = gen_keyed(seen)) < 0)
+            goto out;
+    }
+    record_header(header, k, v, keyed);
     if (!(lock = owner_lock(self->lock)) || lock_acquire(lock) < 0)
         goto out;
-    r = store_put_locked(self, k, v, header);
+    r = store_put_locked(self, k, v, header, keyed, seen);
     if (lock_release(lock) < 0)
         r = -1;
 out:
     Py_DECREF(k);
     Py_XDECREF(v);
     Py_XDECREF(lock);
+    Py_XDECREF(seen);
     return r;
 }
 
@@ -1928,10 +2001,11 @@ out:
 static int
 store_delete_locked(StoreObject *self, PyObject *k)
 {
-    PyObject *g, *index = NULL, *kbuf = NULL;
+    PyObject *g, *index = NULL, *kbuf = NULL, *wbuf = NULL, *buf;
     unsigned char rec[KEY_RECORD_SIZE];
     long long old;
-    int r = -1;
+    Py_ssize_t buffered = 0;
+    int r = -1, keyed;
     if ((g = store_writable(self)) == NULL)
         return -1;
     if (!(index = PyObject_GetAttr(g, str_index)) || (old = idx_delete(index, k)) == -2)
@@ -1940,15 +2014,35 @@ store_delete_locked(StoreObject *self, PyObject *k)
         PyErr_SetObject(PyExc_KeyError, k);
         goto out;
     }
+    if ((keyed = gen_keyed(g)) < 0)
+        goto out;
+    if (keyed) { /* the delete leaves its record in VAL too: _format.pack_deletion */
+        unsigned char del[RECORD_HEADER_SIZE];
+        store_le(del, (uint64_t)DELETED, 4);
+        memcpy(del + 8, PyBytes_AS_STRING(k), KEY_SIZE);
+        store_le(del + 4, keyed_head_crc(del, del + 8), 4);
+        if (!(wbuf = PyObject_GetAttr(g, str_wbuf)))
+            goto out;
+        if (!PyTuple_CheckExact(wbuf) || PyTuple_GET_SIZE(wbuf) != 2 ||
+            !PyByteArray_Check(PyTuple_GET_ITEM(wbuf, 1))) {
+            PyErr_SetString(PyExc_TypeError, "kvstore: generation.wbuf is not (int, bytearray)");
+            goto out;
+        }
+        buf = PyTuple_GET_ITEM(wbuf, 1);
+        if (append(buf, del, RECORD_HEADER_SIZE) < 0)
+            goto out;
+        buffered = PyByteArray_GET_SIZE(buf);
+    }
     memcpy(rec, PyBytes_AS_STRING(k), KEY_SIZE);
     memset(rec + KEY_SIZE, 0xFF, 8); /* offset -1: a tombstone */
     if (!(kbuf = gen_bytearray(g, str_kbuf)) || append(kbuf, rec, KEY_RECORD_SIZE) < 0)
         goto out;
-    r = flush_if_full(self, g, PyByteArray_GET_SIZE(kbuf));
+    r = flush_if_full(self, g, buffered + PyByteArray_GET_SIZE(kbuf));
 out:
     Py_DECREF(g);
     Py_XDECREF(index);
     Py_XDECREF(kbuf);
+    Py_XDECREF(wbuf);
     return r;
 }
 
@@ -2017,29 +2111,42 @@ fail:
     return NULL;
 }
 
-/* _fallback.StoreBase._pack_values: put_many's VAL records, each value checked as a
- * put checks it (others go through self._check_value), back to back. */
+/* _fallback.StoreBase._pack_values: put_many's VAL records for the keys (rows of 16
+ * bytes), keyed or plain, each value checked as a put checks it (others go through
+ * self._check_value), back to back. */
 static PyObject *
 Store_pack_values(StoreObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer rb;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "_pack_values(values, rel)");
+    Py_buffer rb, kb;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "_pack_values(keys, values, rel, keyed)");
         return NULL;
     }
     if (self->max_value_size == NULL) {
         PyErr_SetString(PyExc_AttributeError, "max_value_size");
         return NULL;
     }
+    int keyed = PyObject_IsTrue(args[3]);
+    if (keyed < 0)
+        return NULL;
     /* Our own copy of the list: no other code can change it while we work. */
-    PyObject *items = PySequence_List(args[0]), *res = NULL;
+    PyObject *items = PySequence_List(args[1]), *res = NULL;
     if (items == NULL)
         return NULL;
-    if (get_buffer(args[1], &rb, 1, 8, "rel") < 0) {
+    if (get_buffer(args[0], &kb, 0, 1, "keys") < 0) {
         Py_DECREF(items);
         return NULL;
     }
-    Py_ssize_t n = PyList_GET_SIZE(items), total = 0;
+    if (get_buffer(args[2], &rb, 1, 8, "rel") < 0) {
+        PyBuffer_Release(&kb);
+        Py_DECREF(items);
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(items), total = 0, hsize = keyed ? RECORD_HEADER_SIZE : VAL_HEADER_SIZE;
+    if (kb.len != n * KEY_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "_pack_values: keys and values differ in length");
+        goto done;
+    }
     if (rb.len != n * 8) {
         PyErr_SetString(PyExc_ValueError, "_pack_values: rel and values differ in length");
         goto done;
@@ -2063,19 +2170,20 @@ Store_pack_values(StoreObject *self, PyObject *const *args, Py_ssize_t nargs)
                 goto done;
         }
         if (PyBytes_GET_SIZE(v) > MAX_RECORD_VALUE) {
-            PyErr_SetString(PyExc_OverflowError, "a VAL record holds at most 2**32 - 1 bytes");
+            PyErr_SetString(PyExc_OverflowError, "a VAL record holds at most 2**32 - 2 bytes");
             goto done;
         }
-        if (PyBytes_GET_SIZE(v) > PY_SSIZE_T_MAX - VAL_HEADER_SIZE - total) {
+        if (PyBytes_GET_SIZE(v) > PY_SSIZE_T_MAX - hsize - total) {
             PyErr_NoMemory();
             goto done;
         }
-        total += VAL_HEADER_SIZE + PyBytes_GET_SIZE(v);
+        total += hsize + PyBytes_GET_SIZE(v);
     }
     if ((res = PyBytes_FromStringAndSize(NULL, total)) == NULL)
         goto done;
     /* Everything touched now is ours alone (the list copy, immutable values, the
-     * result, the caller's fresh rel array): a big batch lets other threads run. */
+     * result, the caller's fresh keys and rel arrays): a big batch lets other threads
+     * run. */
     PyThreadState *ts = total >= (1 << 20) ? PyEval_SaveThread() : NULL;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(res);
     Py_ssize_t pos = 0;
@@ -2084,16 +2192,22 @@ Store_pack_values(StoreObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t len = PyBytes_GET_SIZE(v);
         const unsigned char *src = (const unsigned char *)PyBytes_AS_STRING(v);
         int64_t at = pos;
+        uint32_t start = 0;
         store_le(out + pos, (uint64_t)len, 4);
-        store_le(out + pos + 4, crc32_of(src, len, 0), 4);
-        memcpy(out + pos + VAL_HEADER_SIZE, src, (size_t)len);
+        if (keyed) {
+            memcpy(out + pos + 8, (const char *)kb.buf + j * KEY_SIZE, KEY_SIZE);
+            start = keyed_head_crc(out + pos, out + pos + 8);
+        }
+        store_le(out + pos + 4, crc32_of(start, src, len, 0), 4);
+        memcpy(out + pos + hsize, src, (size_t)len);
         memcpy((char *)rb.buf + j * 8, &at, 8);
-        pos += VAL_HEADER_SIZE + len;
+        pos += hsize + len;
     }
     if (ts)
         PyEval_RestoreThread(ts);
 done:
     PyBuffer_Release(&rb);
+    PyBuffer_Release(&kb);
     Py_DECREF(items);
     return res;
 }
@@ -2365,7 +2479,7 @@ check_val_records(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
         long long length = (long long)load_le(base + off, 4);
         long long end = off + VAL_HEADER_SIZE + length;
         if (end > size ||
-            crc32_of(base + off + VAL_HEADER_SIZE, (Py_ssize_t)length, 0) !=
+            crc32_of(0, base + off + VAL_HEADER_SIZE, (Py_ssize_t)length, 0) !=
                 (uint32_t)load_le(base + off + 4, 4) ||
             off < prev_end)
             break;
@@ -2378,8 +2492,69 @@ done:
     return res;
 }
 
+/* _fallback.check_keyed_records: the KEY records `records` (whole 24-byte records, in
+ * file order), the first standing for the keyed VAL record at `pos` of a VAL file whose
+ * first `size` bytes are `buf`, each next one for the record after, each checked as
+ * _format.check_keyed_record checks it; returns (how many passed, where the last that
+ * passed ends, or pos). */
+static PyObject *
+check_keyed_records(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer bb, rb;
+    long long size, pos;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "check_keyed_records(buf, records, size, pos)");
+        return NULL;
+    }
+    size = PyLong_AsLongLong(args[2]);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    pos = PyLong_AsLongLong(args[3]);
+    if (pos == -1 && PyErr_Occurred())
+        return NULL;
+    if (get_buffer(args[0], &bb, 0, 1, "buf") < 0)
+        return NULL;
+    if (get_buffer(args[1], &rb, 0, 1, "records") < 0) {
+        PyBuffer_Release(&bb);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    if (size < 0 || size > bb.len) {
+        PyErr_SetString(PyExc_ValueError, "check_keyed_records: size is outside the buffer");
+        goto done;
+    }
+    if (rb.len % KEY_RECORD_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "check_keyed_records: records are not whole KEY records");
+        goto done;
+    }
+    Py_ssize_t n = rb.len / KEY_RECORD_SIZE, j = 0;
+    const unsigned char *base = bb.buf;
+    for (; j < n; j++) {
+        const unsigned char *kr = (const unsigned char *)rb.buf + j * KEY_RECORD_SIZE;
+        int64_t off = (int64_t)load_le(kr + KEY_SIZE, 8);
+        if (pos < HEADER_SIZE || pos > size - RECORD_HEADER_SIZE)
+            break;
+        const unsigned char *p = base + pos;
+        long long length = (long long)load_le(p, 4);
+        int deleted = length == DELETED;
+        long long end = pos + RECORD_HEADER_SIZE + (deleted ? 0 : length);
+        if (end > size ||
+            crc32_of(keyed_head_crc(p, p + 8), p + RECORD_HEADER_SIZE, end - pos - RECORD_HEADER_SIZE,
+                     0) != (uint32_t)load_le(p + 4, 4) ||
+            deleted != (off == -1) || memcmp(p + 8, kr, KEY_SIZE) != 0 || (off != -1 && off != pos))
+            break;
+        pos = end;
+    }
+    res = Py_BuildValue("nL", j, pos);
+done:
+    PyBuffer_Release(&bb);
+    PyBuffer_Release(&rb);
+    return res;
+}
+
 static PyMethodDef module_methods[] = {
     {"check_val_records", (PyCFunction)(void (*)(void))check_val_records, METH_FASTCALL, NULL},
+    {"check_keyed_records", (PyCFunction)(void (*)(void))check_keyed_records, METH_FASTCALL, NULL},
     {NULL}};
 
 /* ---------------------------------------------------------------------- module */
@@ -2498,7 +2673,7 @@ PyInit__speedups(void)
         {&str_writable, "_writable"},    {&str_check_value, "_check_value"},
         {&str_read, "_read"},            {&str_flush_locked, "_flush_locked"},
         {&str_get, "get"},               {&str_set, "set"},
-        {&str_delete, "delete"},
+        {&str_delete, "delete"},         {&str_keyed, "keyed"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (intern(names[i].slot, names[i].s) < 0)

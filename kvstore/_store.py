@@ -21,22 +21,22 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
-import zlib
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _files, _indexfile, _open
+from . import _datafiles, _indexfile, _open, _recovery
 from . import _format as fmt
-from ._backend import BACKEND, Lock, StoreBase
+from ._backend import Lock, StoreBase
+from ._compact import Compaction
 from ._fallback import REMAP_SLACK
 from ._index import as_key_array
-from ._open import _Generation as _Generation  # re-exported: _compact builds one
+from ._open import _Generation
+from ._reader import read_value
+from ._stats import StoreStats, generation_stats
+from ._views import ItemsView, ValuesView
 from .exceptions import (
-    CorruptStoreError,
     InvalidKeyError,
     ReadOnlyError,
     StoreClosedError,
@@ -45,7 +45,7 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
-    from ._verify import VerifyReport
+    from ._verify import Damage, VerifyReport
 
 log = logging.getLogger(__name__)
 
@@ -57,34 +57,6 @@ _REMAP_SLACK = REMAP_SLACK  # the C read path tests the same bound
 # put_many works through big batches in chunks of this many records (bounded temporaries).
 PUT_MANY_CHUNK = 1 << 16
 _OPEN_CHUNK = 1 << 20  # KEY records indexed per batch on open
-_VAL_HEADER = struct.Struct("<II")
-
-
-@dataclass(frozen=True)
-class StoreStats:
-    generation: int
-    records: int
-    live_keys: int
-    live_bytes: int
-    dead_bytes: int
-    key_file_bytes: int
-    val_file_bytes: int
-    index_capacity: int
-    index_bytes: int
-    load_factor: float
-    mean_probe_length: float
-    backend: str = BACKEND  # which hot paths run: "c" or "python" (kvstore.BACKEND)
-
-
-@dataclass(frozen=True)
-class Damage:
-    """A KEY record whose value record is unsound: ``offset`` is the value's VAL
-    offset as the record states it, ``key_offset`` the record's own KEY offset."""
-
-    key: bytes
-    offset: int
-    reason: str
-    key_offset: int | None = None
 
 
 class Store(StoreBase, MutableMapping[bytes, bytes]):
@@ -114,16 +86,16 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
         self.max_value_size = max_value_size
         self._buffer_size = buffer_size
         self._tail_check_bytes = tail_check_bytes
-        # What the open left out of the store (a torn tail), or None: see _files.Recovery.
-        self.recovery: _files.Recovery | None = None
+        # What the open left out of the store (a torn tail), or None: see _recovery.Recovery.
+        self.recovery: _recovery.Recovery | None = None
         # How the open got its index: "saved" (read back from a clean close) or "rebuilt".
         self.index_source = "rebuilt"
         self._lock = Lock()
         self._lock_fd = -1
         self._g: _Generation | None = None
-        _files.prepare_directory(self.path, readonly)
+        _datafiles.prepare_directory(self.path, readonly)
         if not readonly:
-            self._lock_fd = _files.acquire_lock(self.path)
+            self._lock_fd = _datafiles.acquire_lock(self.path)
         try:
             self._g = self._open_generation(capacity or 0, tail_check_bytes)
         except BaseException:
@@ -134,18 +106,18 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
 
     def _open_generation(self, capacity: int, tail_check_bytes: int) -> _Generation:
         for _attempt in range(10):  # a compaction may swap generations under a reader
-            gen, leftovers = _files.find_generation(self.path)
+            gen, leftovers = _datafiles.find_generation(self.path)
             if gen is None:
                 if self.readonly:
                     raise StoreNotFoundError(2, "no store in this directory", self.path)
                 gen = 1
-                _files.create_generation(self.path, gen)
+                _datafiles.create_generation(self.path, gen)
             elif not self.readonly:
                 for name in leftovers:
                     log.info("%s: removing %s left by an interrupted compaction", self.path, name)
                     os.remove(os.path.join(self.path, name))
             try:
-                files = _files.DataFiles(self.path, gen, self.readonly)
+                files = _datafiles.DataFiles(self.path, gen, self.readonly)
             except FileNotFoundError:
                 if self.readonly:
                     continue
@@ -157,7 +129,9 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
                 raise
         raise StoreNotFoundError(2, "store files keep changing under a read-only open", self.path)
 
-    def _load(self, files: _files.DataFiles, capacity: int, tail_check_bytes: int) -> _Generation:
+    def _load(
+        self, files: _datafiles.DataFiles, capacity: int, tail_check_bytes: int
+    ) -> _Generation:
         g, self.recovery, self.index_source = _open.load(
             files,
             self.path,
@@ -259,36 +233,9 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
 
     # -- reads ------------------------------------------------------------------
 
-    def _read(self, g: _Generation, off: int) -> bytes:
-        base, buf = g.wbuf
-        files = g.files
-        if off >= base:
-            rel = off - base
-            length, crc = _VAL_HEADER.unpack_from(buf, rel)
-            value = bytes(buf[rel + 8 : rel + 8 + length])
-        else:
-            mm, mlen = files.mm
-            if base - mlen > _REMAP_SLACK:
-                mm, mlen = files.remap(base)
-            if off + 8 <= mlen and mm is not None:
-                length, crc = _VAL_HEADER.unpack_from(mm, off)
-                end = off + 8 + length
-                value = (
-                    mm[off + 8 : end] if end <= mlen else os.pread(files.val_fd, length, off + 8)
-                )
-            else:
-                head = os.pread(files.val_fd, 8 + 4096, off)
-                if len(head) < 8:
-                    raise CorruptStoreError(
-                        files.val_path, off, "value record is past the end of the file"
-                    )
-                length, crc = _VAL_HEADER.unpack_from(head)
-                value = head[8 : 8 + length]
-                if len(value) < length:
-                    value += os.pread(files.val_fd, length - len(value), off + 8 + len(value))
-        if len(value) != length or zlib.crc32(value) != crc:
-            raise CorruptStoreError(files.val_path, off, "value record fails its CRC check")
-        return value
+    def _read(self, g: _Generation, off: int, key: bytes) -> bytes:
+        """The slow path of a get (the C code and the pure twin call it): see _reader."""
+        return read_value(g, off, key)
 
     def __len__(self) -> int:
         return len(self._live().index)
@@ -300,6 +247,27 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
         kb = keys.tobytes()
         for j in range(0, len(kb), fmt.KEY_SIZE):
             yield kb[j : j + fmt.KEY_SIZE]
+
+    def items(self) -> ItemsView:
+        """(key, value) pairs of a snapshot of the keys; a key another thread deletes
+        during the loop is skipped, never a KeyError. Thread-safe."""
+        return ItemsView(self)
+
+    def values(self) -> ValuesView:
+        """The values of a snapshot of the keys, skipping keys deleted meanwhile."""
+        return ValuesView(self)
+
+    def popitem(self) -> tuple[bytes, bytes]:
+        """Remove and return some (key, value); KeyError if empty. A key that another
+        thread deletes first is passed over (so ``clear()`` does not stop early)."""
+        for key in self:
+            try:
+                value = self[key]
+                del self[key]
+            except KeyError:
+                continue
+            return key, value
+        raise KeyError("popitem(): the store is empty")
 
     def contains_many(self, keys: Any) -> np.ndarray:
         """Bool array: which of ``keys`` are present. Vectorized; no lock."""
@@ -357,9 +325,13 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
 
     def _put_chunk(self, arr: np.ndarray, vals: list[bytes]) -> None:
         rel = np.empty(len(vals), dtype=np.int64)
-        data = self._pack_values(vals, rel)  # checks every value as a put does
+        g = self._g
+        keyed = g is None or g.keyed
+        data = self._pack_values(arr, vals, rel, keyed)  # checks every value as a put does
         with self._lock:
             g = self._writable()
+            if g.keyed is not keyed:  # a compaction rewrote the generation meanwhile
+                data = self._pack_values(arr, vals, rel, g.keyed)
             base, buf = g.wbuf
             offs = rel + (base + len(buf))
             buf += data
@@ -407,13 +379,13 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
         base, buf = g.wbuf
         if buf:
             try:
-                _files.write_all(g.files.val_fd, buf)
+                _datafiles.write_all(g.files.val_fd, buf)
             except OSError:
                 os.ftruncate(g.files.val_fd, base)  # undo a partial write; the buffer is kept
                 raise
         if g.kbuf:
             try:
-                _files.write_all(g.files.key_fd, g.kbuf)
+                _datafiles.write_all(g.files.key_fd, g.kbuf)
             except OSError:
                 os.ftruncate(g.files.key_fd, g.key_size)
                 if buf:
@@ -431,29 +403,46 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
 
         Other threads keep reading and writing while it runs; they wait only for
         the final swap. A kill at any instant leaves a store that opens with
-        every live record.
+        every live record. The store holds its lock and swaps the generation;
+        ``_compact`` does the file work (see there).
         """
-        from ._compact import compact
-
         if self.readonly:
             raise ReadOnlyError(f"{self.path}: store was opened with readonly=True")
-        compact(self)
-
-    def _live_record_sizes(self, g: _Generation) -> np.ndarray:
-        """Sizes (header + value) of the live records, read from the mapped VAL file."""
-        _, offs = g.index.items_arrays()
-        if not len(offs):
-            return np.zeros(0, dtype=np.int64)
-        mm, _ = g.files.remap(g.wbuf[0])
-        assert mm is not None
-        data = np.frombuffer(mm, dtype=np.uint8)
+        with self._lock:
+            g = self._writable()
+            self._flush_locked(g)
+            job = Compaction(self.path, g)
         try:
-            lengths = np.zeros(len(offs), dtype=np.int64)
-            for b in range(4):
-                lengths |= data[offs + b].astype(np.int64) << (8 * b)
+            for keys, offs in job.chunks():
+                with self._lock:
+                    self._same(g)
+                    current, _ = g.index.lookup_many(keys)
+                job.copy(keys, offs, live=(offs >= 0) & (current == offs))
+            with self._lock:
+                self._same(g)
+                self._flush_locked(g)
+                job.replay_tail()
+                job.publish()
+                try:
+                    new = job.open_new()
+                except BaseException:
+                    # The new generation is the store on disk now; writing on into the
+                    # old one would lose those writes at the next open.
+                    self._g = None
+                    g.files.close()
+                    self._release_lock()
+                    raise
+                self._g = new
+                job.remove_old()
+        except BaseException:
+            job.discard()
+            raise
         finally:
-            del data
-        return lengths + fmt.VAL_HEADER_SIZE
+            job.close()
+
+    def _same(self, g: _Generation) -> None:
+        if self._g is not g:
+            raise StoreClosedError(f"{self.path}: store was closed during compaction")
 
     def stats(self) -> StoreStats:
         """Counts and sizes; flushes first so that the files are current."""
@@ -461,22 +450,7 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
             g = self._live()
             if not self.readonly:
                 self._flush_locked(g)
-            live_bytes = int(self._live_record_sizes(g).sum())
-            istats = g.index.stats()
-            val_end = g.wbuf[0]
-            return StoreStats(
-                generation=g.files.gen,
-                records=(g.key_size - fmt.HEADER_SIZE) // fmt.KEY_RECORD_SIZE,
-                live_keys=int(istats["live"]),
-                live_bytes=live_bytes,
-                dead_bytes=val_end - fmt.HEADER_SIZE - live_bytes,
-                key_file_bytes=g.key_size,
-                val_file_bytes=val_end,
-                index_capacity=int(istats["capacity"]),
-                index_bytes=int(istats["memory_bytes"]),
-                load_factor=float(istats["load_factor"]),
-                mean_probe_length=float(istats["mean_probe_length"]),
-            )
+            return generation_stats(g)
 
     def index_stats(self) -> dict[str, float | int]:
         with self._lock:

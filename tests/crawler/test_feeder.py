@@ -19,15 +19,19 @@ MakeWeb = Callable[..., TestWeb]
 def written_urls(data: Path) -> Counter[str]:
     """How many times each URL was written into a PendDB bulk. The VAL file keeps every
     value ever put (the store is append-only and nothing compacts it during a crawl):
-    walk its records (docs/FORMAT.md: u32 length, u32 CRC, the value) from offset 24."""
+    walk its records (docs/FORMAT.md: u32 length, 0xFFFFFFFF for a deletion, u32 CRC,
+    the 16-byte key, the value) from offset 24."""
     out: Counter[str] = Counter()
     for val in sorted((data / "pend").glob("data-*.val")):
         raw = val.read_bytes()
         at = 24
-        while at + 8 <= len(raw):
+        while at + 24 <= len(raw):
             (n,) = struct.unpack_from("<I", raw, at)
-            out.update(p.url for p in decode_bulk(raw[at + 8 : at + 8 + n]))
-            at += 8 + n
+            if n == 0xFFFF_FFFF:  # a deletion: no value
+                at += 24
+                continue
+            out.update(p.url for p in decode_bulk(raw[at + 24 : at + 24 + n]))
+            at += 24 + n
     return out
 
 

@@ -1,4 +1,4 @@
-"""Tests of ``python -m kvstore`` (kvstore/cli.py): the line format, dump, load,
+"""Tests of ``python -m kvstore`` (kvstore/cli/): the line format, dump, load,
 stats, get, verify, compact, help and docs. put, delete, --key-of and the
 error paths run as child processes in test_cli_write.py.
 
@@ -25,12 +25,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvstore
-from kvstore import _cli_write, cli
+from kvstore import cli
+from kvstore.cli import _write as _cli_write
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLI_DOC = REPO_ROOT / "docs" / "CLI.md"
 CHILD_TIMEOUT = 60  # seconds; a hung child fails the test instead of stalling it
-COMMANDS = ["dump", "load", "stats", "get", "put", "delete", "verify", "compact"]
+COMMANDS = ["dump", "load", "stats", "get", "put", "delete", "verify", "compact", "repair"]
 
 keys16 = st.binary(min_size=16, max_size=16)
 # Values rich in the bytes the escaping must handle, plus plain random bytes.
@@ -345,7 +346,7 @@ class TestVerify:
             for i in range(kvstore.DEFAULT_TAIL_CHECK_BYTES // len(filler) + 2):
                 db[kvstore.md5_key(str(i))] = filler
         _key_file, val_file = data_files(store_path)
-        header, record_header = 24, 8  # FORMAT: file header; u32 length + u32 crc
+        header, record_header = 24, 24  # FORMAT: file header; u32 length, u32 crc, the key
         data = bytearray(val_file.read_bytes())
         assert data[header + record_header : header + record_header + 14] == b"precious value"
         data[header + record_header + 3] ^= 0x01

@@ -312,6 +312,9 @@ def test_store_matches_dict_model_while_the_index_resizes(tmp_path: Path) -> Non
             max_examples=40,
             stateful_step_count=50,
             deadline=None,
+            # The same runs every time: the assertion below is about what they cover,
+            # and a random draw of 40 runs once went without a shrink.
+            derandomize=True,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
@@ -435,6 +438,7 @@ def test_keyset_and_keyintmap_match_models_while_they_resize() -> None:
             max_examples=40,
             stateful_step_count=30,
             deadline=None,
+            derandomize=True,  # the same runs every time: the coverage below is asserted
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )

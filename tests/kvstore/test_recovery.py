@@ -27,7 +27,16 @@ from kvstore.exceptions import (
 
 HEADER = 24
 KREC = 24
-VHDR = 8
+VHDR = 24  # a VAL record's header (format 3): u32 length, u32 CRC, the 16-byte key
+DELETED = 0xFFFF_FFFF  # the length field of a delete's VAL record
+
+
+def record(key: bytes, value: bytes | None) -> bytes:
+    """A VAL record as FORMAT.md lays it out: the CRC covers length, key and value."""
+    length = DELETED if value is None else len(value)
+    head = struct.pack("<I", length)
+    crc = zlib.crc32(value or b"", zlib.crc32(key, zlib.crc32(head)))
+    return head + struct.pack("<I", crc) + key + (value or b"")
 
 
 def k(i: int | str) -> bytes:
@@ -66,21 +75,25 @@ def build_ops() -> list[Op]:
 OPS = build_ops()
 
 
-def val_offsets(ops: list[Op]) -> list[int | None]:
-    """The VAL record offset of each put (None for deletes), from the layout alone."""
-    out: list[int | None] = []
-    pos = HEADER
+def record_size(op: Op) -> int:
+    return VHDR + len(op.value or b"")
+
+
+def val_positions(ops: list[Op]) -> list[int]:
+    """Where each operation's VAL record starts (a delete leaves one too)."""
+    out, pos = [], HEADER
     for op in ops:
-        if op.value is None:
-            out.append(None)
-        else:
-            out.append(pos)
-            pos += VHDR + len(op.value)
+        out.append(pos)
+        pos += record_size(op)
     return out
 
 
-OFFSETS = val_offsets(OPS)
-VAL_SIZE = HEADER + sum(VHDR + len(op.value) for op in OPS if op.value is not None)
+POSITIONS = val_positions(OPS)
+# The VAL offset each KEY record states: its record's for a put, None (-1) for a delete.
+OFFSETS: list[int | None] = [
+    None if op.value is None else pos for op, pos in zip(OPS, POSITIONS, strict=True)
+]
+VAL_SIZE = HEADER + sum(record_size(op) for op in OPS)
 KEY_SIZE_BYTES = HEADER + KREC * len(OPS)
 
 
@@ -100,22 +113,16 @@ def kept_after_key_cut(t: int) -> int:
 
 
 def kept_after_val_cut(t: int) -> int:
-    """Operations before the first put whose value record does not fit in t bytes of VAL."""
-    for i, (op, off) in enumerate(zip(OPS, OFFSETS, strict=True)):
-        if op.value is not None and off is not None and off + VHDR + len(op.value) > t:
+    """Operations before the first whose VAL record (put or delete) does not fit in t bytes."""
+    for i, (op, pos) in enumerate(zip(OPS, POSITIONS, strict=True)):
+        if pos + record_size(op) > t:
             return i
     return len(OPS)
 
 
 def val_end_after(ops: list[Op], n: int) -> int:
-    """Where VAL's data ends when only ops[:n] are kept: after the last kept put."""
-    pos = end = HEADER
-    for i, op in enumerate(ops):
-        if op.value is not None:
-            pos += VHDR + len(op.value)
-            if i < n:
-                end = pos
-    return end
+    """Where VAL's data ends when only ops[:n] are kept: after the last kept record."""
+    return HEADER + sum(record_size(op) for op in ops[:n])
 
 
 def assert_recovered_exactly(
@@ -172,13 +179,11 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     key_file, val_file = data_pair(path)
     kb, vb = key_file.read_bytes(), val_file.read_bytes()
     assert len(kb) == KEY_SIZE_BYTES and len(vb) == VAL_SIZE
-    for i, (op, off) in enumerate(zip(OPS, OFFSETS, strict=True)):
+    for i, (op, off, pos) in enumerate(zip(OPS, OFFSETS, POSITIONS, strict=True)):
         rec_key, rec_off = struct.unpack_from("<16sq", kb, HEADER + KREC * i)
         assert rec_key == op.key
         assert rec_off == (-1 if off is None else off)
-        if op.value is not None and off is not None:
-            assert vb[off : off + VHDR] == struct.pack("<II", len(op.value), zlib.crc32(op.value))
-            assert vb[off + VHDR : off + VHDR + len(op.value)] == op.value
+        assert vb[pos : pos + record_size(op)] == record(op.key, op.value)
     return path
 
 
@@ -193,8 +198,7 @@ def torn_copy(pristine: Path, dest: Path, which: str, t: int) -> tuple[Path, byt
 
 # The cut positions: every byte within the last 3 KEY records, and within the last 4 VAL records.
 KEY_CUTS = range(KEY_SIZE_BYTES - 3 * KREC, KEY_SIZE_BYTES + 1)
-_LAST_PUTS = [off for off in OFFSETS if off is not None][-4:]
-VAL_CUTS = range(_LAST_PUTS[0], VAL_SIZE + 1)
+VAL_CUTS = range(POSITIONS[-4], VAL_SIZE + 1)
 
 
 def expected_kept(which: str, t: int) -> int:
@@ -207,7 +211,7 @@ class TestTornTail:
         assert key_ops == {27, 28, 29, 30}
         assert any(OPS[i].value is None for i in range(27, 30))
         val_ops = {kept_after_val_cut(t) for t in VAL_CUTS}
-        assert len(val_ops) == 5
+        assert val_ops == {26, 27, 28, 29, 30}
         assert any(op.value == b"" for op in OPS[min(val_ops) :])
         assert any(op.value is None for op in OPS[min(val_ops) :])
 
@@ -292,11 +296,10 @@ def build_store(path: Path, ops: list[Op]) -> None:
                 db[op.key] = op.value
 
 
-# A value that carries a well-formed record inside it, 10 bytes in: a KEY record
-# pointing there passes the CRC check, and lies after the previous record's start,
-# but overlaps it.
+# A value that carries a well-formed record inside it, 10 bytes in, k1's own: a KEY
+# record pointing there passes the CRC and key checks, but is not where k1's record lies.
 INNER = b"inner value"
-CONTAINER = b"<" * 10 + struct.pack("<II", len(INNER), zlib.crc32(INNER)) + INNER + b">" * 10
+CONTAINER = b"<" * 10 + record(k(1), INNER) + b">" * 10
 OVERLAP_OPS = [Op(k(0), CONTAINER), Op(k(1), b"the real value of k1"), Op(k(2), b"c" * 30)]
 
 
@@ -342,7 +345,7 @@ class TestRecoveryRules:
     @pytest.mark.parametrize("record", [24, 29])
     def test_value_at_an_earlier_record(self, pristine: Path, tmp_path: Path, record: int) -> None:
         """The record points at the previous put's value: a sound record, CRC and all,
-        that only the overlap rule rejects."""
+        of another key, and not where its own record lies."""
         earlier = max(i for i in range(record) if OPS[i].value is not None)
         offset = OFFSETS[earlier]
         assert OPS[record].value is not None and offset is not None
@@ -427,7 +430,7 @@ class TestBitFlips:
         _, val_file = data_pair(dest)
         pristine = val_file.read_bytes()
         end = offset + VHDR + len(FLIP_VALS[VICTIM])
-        for byte in range(offset, end):  # length, crc, then every value byte
+        for byte in range(offset, end):  # length, crc, key, then every value byte
             for bit in range(8):
                 flip(val_file, byte, bit)
                 what = f"VAL byte {byte - offset} of the record, bit {bit}"

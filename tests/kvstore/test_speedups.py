@@ -661,8 +661,8 @@ class TestErrorsMatch:
 
     @pytest.mark.parametrize("classes", backends())
     def test_value_crcs_are_zlibs(self, tmp_path: Path, classes: Any) -> None:
-        """The CRC in every VAL header is zlib.crc32 of the value, short or long, from a
-        put or from put_many."""
+        """The CRC in every VAL record is zlib.crc32 of its length field, key and value,
+        for values short or long, from a put or from put_many (FORMAT.md, format 3)."""
         import struct
         import zlib
 
@@ -672,13 +672,22 @@ class TestErrorsMatch:
             for i, value in enumerate(values):
                 db[POOL[i]] = value
             db.put_many(POOL[100 : 100 + len(values)], values)
+            del db[POOL[0]]
         data = next((tmp_path / "s").glob("data-*.val")).read_bytes()
         pos, seen = 24, []
         while pos < len(data):
             length, crc = struct.unpack_from("<II", data, pos)
-            seen.append((data[pos + 8 : pos + 8 + length], crc))
-            pos += 8 + length
-        assert seen == [(v, zlib.crc32(v)) for v in values + values]
+            key = data[pos + 8 : pos + 24]
+            size = 0 if length == 0xFFFF_FFFF else length
+            seen.append((key, data[pos + 24 : pos + 24 + size], crc))
+            pos += 24 + size
+
+        def crc(length: int, key: bytes, value: bytes) -> int:
+            return zlib.crc32(value, zlib.crc32(key, zlib.crc32(struct.pack("<I", length))))
+
+        keys = POOL[: len(values)] + POOL[100 : 100 + len(values)]
+        want = [(key, v, crc(len(v), key, v)) for key, v in zip(keys, values + values, strict=True)]
+        assert seen == want + [(POOL[0], b"", crc(0xFFFF_FFFF, POOL[0], b""))]
 
     @pytest.mark.parametrize("classes", backends())
     def test_crc_failure_on_every_read_path(self, tmp_path: Path, classes: Any) -> None:
@@ -690,7 +699,7 @@ class TestErrorsMatch:
             for i in range(3):
                 db[POOL[i]] = b"value %d" % i
         val_file = next(path.glob("data-*.val"))
-        off = 24 + 8  # the first value's first byte
+        off = 24 + 24  # the first value's first byte
         data = bytearray(val_file.read_bytes())
         data[off] ^= 0x01
         val_file.write_bytes(bytes(data))
@@ -705,15 +714,15 @@ class TestErrorsMatch:
             assert db[POOL[1]] == b"value 1"
             db[POOL[3]] = b"in the buffer"
             buf = db._g.wbuf[1]
-            buf[8] ^= 0x01
+            buf[24] ^= 0x01
             with pytest.raises(CorruptStoreError):  # in the write buffer
                 db[POOL[3]]
-            buf[8] ^= 0x01
+            buf[24] ^= 0x01
             assert db[POOL[3]] == b"in the buffer"
             db.flush()  # now past the mapped length: read with pread
             assert db._g.files.mm[1] < db._g.wbuf[0]
             assert db[POOL[3]] == b"in the buffer"
-            where = db._g.index.get(POOL[3]) + 8
+            where = db._g.index.get(POOL[3]) + 24
             fd = os.open(val_file, os.O_WRONLY)
             try:
                 os.pwrite(fd, b"X", where)
@@ -721,6 +730,41 @@ class TestErrorsMatch:
                 os.close(fd)
             with pytest.raises(CorruptStoreError):
                 db[POOL[3]]
+        finally:
+            db.abandon()
+
+    @pytest.mark.parametrize("classes", backends())
+    def test_another_keys_record_on_every_read_path(self, tmp_path: Path, classes: Any) -> None:
+        """An index entry that leads to another key's record (a damaged KEY offset),
+        intact and CRC-valid, raises CorruptStoreError naming both keys, whether the
+        record is in the write buffer, the map, or read by pread past the map."""
+        store_cls = classes[0]
+        path = tmp_path / "s"
+        with store_cls(path) as db:
+            db[POOL[0]] = b"mapped 0"
+            db[POOL[1]] = b"mapped 1"
+        db = store_cls(path)
+        try:
+            index = db._g.index
+            index.set(POOL[0], index.get(POOL[1]))  # what a flipped offset bit does
+            for read in (lambda: db[POOL[0]], lambda: db.get(POOL[0])):
+                with pytest.raises(CorruptStoreError, match=POOL[1].hex()):  # in the map
+                    read()
+            assert db[POOL[1]] == b"mapped 1"
+            db[POOL[2]] = b"buffered 2"
+            db[POOL[3]] = b"buffered 3"
+            index.set(POOL[2], index.get(POOL[3]))
+            with pytest.raises(CorruptStoreError, match=POOL[3].hex()):  # in the buffer
+                db[POOL[2]]
+            db.flush()  # past the mapped length: read with pread
+            assert db._g.files.mm[1] < db._g.wbuf[0]
+            with pytest.raises(CorruptStoreError, match=POOL[3].hex()):
+                db[POOL[2]]
+            del db[POOL[3]]  # its deletion record lies in the buffer now
+            deletion = db._g.wbuf[0] + len(db._g.wbuf[1]) - 24
+            index.set(POOL[1], deletion)
+            with pytest.raises(CorruptStoreError, match="deletion"):
+                db[POOL[1]]
         finally:
             db.abandon()
 
@@ -733,9 +777,9 @@ class TestErrorsMatch:
         calls: list[int] = []
 
         class Counting(classes[0]):  # type: ignore[misc, valid-type]
-            def _read(self, g: Any, off: int) -> bytes:
+            def _read(self, g: Any, off: int, key: bytes) -> bytes:
                 calls.append(off)
-                return super()._read(g, off)
+                return super()._read(g, off, key)
 
         path = tmp_path / "s"
         with Counting(path) as db:
@@ -865,9 +909,9 @@ class TestThreads:
     ) -> None:
         """flush() holds the lock while os.write runs with the write buffer exported; a
         put that did not take the lock would resize it then (BufferError) or lose bytes."""
-        from kvstore import _files
+        from kvstore import _datafiles
 
-        real = _files.write_all
+        real = _datafiles.write_all
 
         def slow_write_all(fd: int, data: Any) -> None:
             view = memoryview(data)  # exported, as the real write is
@@ -875,7 +919,7 @@ class TestThreads:
             real(fd, view)
             view.release()
 
-        monkeypatch.setattr(_files, "write_all", slow_write_all)
+        monkeypatch.setattr(_datafiles, "write_all", slow_write_all)
         path = tmp_path / "s"
         errors: list[BaseException] = []
         stop = threading.Event()

@@ -199,40 +199,136 @@ def test_check_val_records_refuses_bad_arguments() -> None:
         fn(bytes(data), np.array(offs, dtype=np.int32), len(data), 24)  # type: ignore[operator]
 
 
-def test_the_open_uses_the_check_it_was_built_with() -> None:
-    from kvstore import _files
+def _keyed_files(ops: list[tuple[bytes, bytes | None]]) -> tuple[bytearray, bytearray]:
+    """A keyed VAL file and its KEY records (no header) for (key, value or None) ops."""
+    data = bytearray(fmt.pack_header(fmt.VAL_MAGIC, 1))
+    records = bytearray()
+    for key, value in ops:
+        pos = len(data)
+        if value is None:
+            data += fmt.pack_deletion(key)
+        else:
+            data += fmt.pack_keyed_header(key, value) + value
+        records += fmt.pack_key_record(key, fmt.TOMBSTONE if value is None else pos)
+    return data, records
 
-    assert _files.check_val_records is _backend.check_val_records
+
+def _c_keyed_check() -> object:
+    from kvstore import _speedups  # type: ignore[attr-defined]
+
+    return _speedups.check_keyed_records
+
+
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from([bytes([i]) * 16 for i in range(4)]),
+                  st.none() | st.binary(max_size=40) | st.binary(min_size=2040, max_size=2100)),
+        max_size=12,
+    ),
+    damage=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), max_size=3),
+    key_damage=st.lists(st.tuples(st.integers(0, 10**4), st.integers(1, 255)), max_size=2),
+    cut=st.integers(0, 30),
+    start=st.sampled_from([None, 0, 25, 10**6]),
+)
+@settings(max_examples=200, deadline=None)
+def test_check_keyed_records_matches(
+    ops: list[tuple[bytes, bytes | None]],
+    damage: list[tuple[int, int]],
+    key_damage: list[tuple[int, int]],
+    cut: int,
+    start: int | None,
+) -> None:
+    """Intact and damaged VAL records (values, deletions), damaged KEY records (keys and
+    offsets), a VAL file cut short, a wrong start: C passes exactly the records Python
+    passes, and ends where it ends."""
+    require_c()
+    data, records = _keyed_files(ops)
+    for pos, flip in damage:
+        data[pos % len(data)] ^= flip
+    for pos, flip in key_damage:
+        if records:
+            records[pos % len(records)] ^= flip
+    size = max(0, len(data) - cut)
+    pos0 = fmt.HEADER_SIZE if start is None else start
+    raw = np.frombuffer(bytes(records), dtype=np.uint8)
+    want = _fallback.check_keyed_records(bytes(data), raw, size, pos0)
+    assert _c_keyed_check()(bytes(data), raw, size, pos0) == want  # type: ignore[operator]
+    # The pure twin is check_keyed_record applied in step: it stops at the first failure.
+    pos, passed = pos0, 0
+    for i in range(0, len(records), fmt.KEY_RECORD_SIZE):
+        key = bytes(records[i : i + 16])
+        off = struct.unpack_from("<q", records, i + 16)[0]
+        problem, end = fmt.check_keyed_record(bytes(data), pos, size, key, off)
+        if problem is not None:
+            break
+        pos, passed = end, passed + 1
+    assert want == (passed, pos)
+    if not damage and not key_damage and not cut and start is None:
+        assert want == (len(ops), len(data))  # a sound file passes whole
+
+
+def test_check_keyed_records_refuses_bad_arguments() -> None:
+    require_c()
+    fn = _c_keyed_check()
+    data, records = _keyed_files([(b"k" * 16, b"abc")])
+    raw = np.frombuffer(bytes(records), dtype=np.uint8)
+    for size in (-1, len(data) + 1):
+        for impl in (fn, _fallback.check_keyed_records):
+            with pytest.raises(ValueError):
+                impl(bytes(data), raw, size, 24)  # type: ignore[operator]
+    for impl in (fn, _fallback.check_keyed_records):
+        with pytest.raises(ValueError):  # not whole 24-byte records
+            impl(bytes(data), raw[:-1], len(data), 24)  # type: ignore[operator]
+
+
+def test_the_open_uses_the_check_it_was_built_with() -> None:
+    from kvstore import _recovery
+
+    assert _recovery.check_val_records is _backend.check_val_records
+    assert _recovery.check_keyed_records is _backend.check_keyed_records
     want = "c" if _backend.BACKEND == "c" else "python"
     module = getattr(_backend.check_val_records, "__module__", None) or "kvstore._speedups"
     assert (module == "kvstore._fallback") is (want == "python")
 
 
 def test_open_stops_at_the_first_bad_tail_record_either_way(tmp_path: Path) -> None:
-    """The tail check on open cuts at the same record whichever twin runs it."""
+    """The tail check on open cuts at the same record whichever twin runs it, in a
+    keyed store (check_keyed_records) and in a format 2 one (check_val_records)."""
     require_c()
-    from kvstore import _files
+    from plain_format import write_plain_store
+
+    from kvstore import _recovery
 
     reports = []
-    for impl in (_backend.check_val_records, _fallback.check_val_records):
-        path = tmp_path / impl.__module__
-        with Store(path) as db:
-            for i in range(200):
-                db[POOL_ARR[i].tobytes()] = b"value %d" % i
-        (path / "data-000001.idx").unlink()
+    pairs = [("check_keyed_records", impl) for impl in
+             (_backend.check_keyed_records, _fallback.check_keyed_records)]
+    pairs += [("check_val_records", impl) for impl in
+              (_backend.check_val_records, _fallback.check_val_records)]
+    for name, impl in pairs:
+        path = tmp_path / f"{name}-{impl.__module__}"
+        if name == "check_keyed_records":
+            with Store(path) as db:
+                for i in range(200):
+                    db[POOL_ARR[i].tobytes()] = b"value %d" % i
+                    if i % 7 == 0:
+                        del db[POOL_ARR[i // 2].tobytes()]
+            (path / "data-000001.idx").unlink()
+        else:
+            write_plain_store(path, [(POOL_ARR[i].tobytes(), b"value %d" % i) for i in range(200)])
         val = path / "data-000001.val"
         data = bytearray(val.read_bytes())
         data[-100] ^= 1
         val.write_bytes(bytes(data))
-        orig = _files.check_val_records
-        _files.check_val_records = impl
+        orig = getattr(_recovery, name)
+        setattr(_recovery, name, impl)
         try:
             with Store(path, readonly=True) as db:
                 reports.append((len(db), db.recovery.tail if db.recovery else None))
         finally:
-            _files.check_val_records = orig
-    assert reports[0] == reports[1]
-    assert reports[0][1] is not None and reports[0][0] < 200
+            setattr(_recovery, name, orig)
+    assert reports[0] == reports[1] and reports[2] == reports[3]
+    for count, tail in reports:
+        assert tail is not None and count < 200
 
 
 # --------------------------------------------------------------------------- the lock

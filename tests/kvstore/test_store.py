@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from plain_format import write_plain_store
 
 import kvstore
 from kvstore.exceptions import (
@@ -441,13 +442,13 @@ class TestStatsAndCompaction:
         assert isinstance(st, kvstore.StoreStats)
         assert st.records == 12
         assert st.live_keys == 9 == len(store)
-        # Live and dead bytes split the VAL file's records between them (record headers
-        # may count or not, but the overwritten and the deleted values are dead).
-        assert st.live_bytes in (9 * 10, 9 * (8 + 10))
-        assert st.dead_bytes in (2 * 10, 2 * (8 + 10))
+        # Live and dead bytes split the VAL file's records between them: the overwritten
+        # and the deleted values are dead, and so is the deletion's own 24-byte record.
+        assert st.live_bytes == 9 * (24 + 10)
+        assert st.dead_bytes == 2 * (24 + 10) + 24
         key_file, val_file = data_files(Path(store.path))
         assert st.key_file_bytes == key_file.stat().st_size == 24 + 12 * 24
-        assert st.val_file_bytes == val_file.stat().st_size == 24 + 11 * (8 + 10)
+        assert st.val_file_bytes == val_file.stat().st_size == 24 + 11 * (24 + 10) + 24
         assert st.index_capacity >= 9
         assert st.index_bytes > 0
         assert 0 < st.load_factor < 1
@@ -475,16 +476,13 @@ class TestStatsAndCompaction:
             after = db.stats()
             assert after.dead_bytes == 0
             assert after.live_keys == len(model)
-            assert after.live_bytes in (
-                sum(len(x) for x in model.values()),
-                sum(8 + len(x) for x in model.values()),
-            )
+            assert after.live_bytes == sum(24 + len(x) for x in model.values())
             assert after.generation > before.generation
             assert after.records == len(model)
             db.flush()
             _, val_file = data_files(store_path)
             assert val_file.stat().st_size < val_before
-            assert val_file.stat().st_size == 24 + sum(8 + len(x) for x in model.values())
+            assert val_file.stat().st_size == 24 + sum(24 + len(x) for x in model.values())
             assert {key: db[key] for key in db} == model
             assert db.verify() == []
             # Still writable after compaction.
@@ -541,17 +539,21 @@ class TestOnDiskLayout:
         gen = int(key_file.stem[5:])
         kb, vb = key_file.read_bytes(), val_file.read_bytes()
         for data, magic in ((kb, b"KVSTKEY\n"), (vb, b"KVSTVAL\n")):
-            # version 2; bytes 12..15: CRC32 of header bytes 0..11 and 16..23
-            head, tail = struct.pack("<8sI", magic, 2), struct.pack("<Q", gen)
+            # version 3; bytes 12..15: CRC32 of header bytes 0..11 and 16..23
+            head, tail = struct.pack("<8sI", magic, 3), struct.pack("<Q", gen)
             assert data[:24] == head + struct.pack("<I", zlib.crc32(tail, zlib.crc32(head))) + tail
         assert len(kb) == 24 + 4 * 24
         offsets = []
         pos = 24
-        for val in values:
-            assert vb[pos : pos + 8] == struct.pack("<II", len(val), zlib.crc32(val))
-            assert vb[pos + 8 : pos + 8 + len(val)] == val
+        # A record: u32 length (0xFFFFFFFF: a deletion), u32 CRC32 of the length field,
+        # key and value, the 16-byte key, the value.
+        for key, val in [(k(0), values[0]), (k(1), values[1]), (k(2), values[2]), (k(0), None)]:
+            length = 0xFFFF_FFFF if val is None else len(val)
+            crc = zlib.crc32(val or b"", zlib.crc32(key, zlib.crc32(struct.pack("<I", length))))
+            assert vb[pos : pos + 24] == struct.pack("<II", length, crc) + key
+            assert vb[pos + 24 : pos + 24 + len(val or b"")] == (val or b"")
             offsets.append(pos)
-            pos += 8 + len(val)
+            pos += 24 + len(val or b"")
         assert len(vb) == pos
         recs = [struct.unpack_from("<16sq", kb, 24 + 24 * j) for j in range(4)]
         assert recs == [(k(0), offsets[0]), (k(1), offsets[1]), (k(2), offsets[2]), (k(0), -1)]
@@ -601,7 +603,9 @@ FLUSH_LIMIT = 4096
 
 def failing_batch(which: str) -> list[tuple[bytes, bytes]]:
     """The writes buffered when the limit is hit: VAL crosses it, or only KEY does
-    (empty values: 24 KEY bytes a record against 8 VAL bytes)."""
+    (empty values in a format 2 store: 24 KEY bytes a record against 8 VAL bytes; in
+    format 3 a VAL record is never smaller than its KEY record, so VAL always crosses
+    first, but the flush that undoes a failed KEY write is the same code)."""
     if which == "val":
         return [(b"j" * 16, b"x" * 8192)]
     return [(k(i), b"") for i in range(200)]
@@ -624,6 +628,10 @@ def test_a_failed_flush_writes_nothing_partial_and_abandon_drops_the_buffer(
     afterwards has anything to recover."""
     path = tmp_path / "s"
     batch = failing_batch(which)
+    hdr = 24  # a VAL record's header in format 3
+    if which == "key":
+        write_plain_store(path, [])
+        hdr = 8
     out = subprocess.run(
         [
             python,
@@ -643,9 +651,9 @@ def test_a_failed_flush_writes_nothing_partial_and_abandon_drops_the_buffer(
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     good_key, good_val = res["good"]
-    assert (good_key, good_val) == (24 + 24, 24 + 8 + 5)
+    assert (good_key, good_val) == (24 + 24, 24 + hdr + 5)
     key_bytes = 24 * len(batch)
-    val_bytes = sum(8 + len(value) for _, value in batch)
+    val_bytes = sum(hdr + len(value) for _, value in batch)
     # The failing write is a real partial one: it starts below the limit and ends past it.
     if which == "val":
         assert good_val < FLUSH_LIMIT < good_val + val_bytes
@@ -692,7 +700,7 @@ def test_sync_fsyncs_both_files_after_the_last_write(
         db.sync()
         monkeypatch.undo()
         key_file, val_file = data_files(store_path)
-        key_size, val_size = 24 + 3 * 24, 24 + (8 + 100) + (8 + 50)
+        key_size, val_size = 24 + 3 * 24, 24 + (24 + 100) + (24 + 50) + 24  # and the deletion
         assert (key_file.stat().st_size, val_file.stat().st_size) == (key_size, val_size)
         assert (key_file.name, key_size) in synced, synced
         assert (val_file.name, val_size) in synced, synced

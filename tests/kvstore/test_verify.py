@@ -1,7 +1,7 @@
 """verify tells the truth; a damaged header reads as damage; an open holds one chunk at a time.
 
 Expected offsets and sizes come from the layout in docs/FORMAT.md (24-byte
-headers, 24-byte KEY records, 8-byte value record headers), never from the
+headers, 24-byte KEY records, 24-byte value record headers), never from the
 store. A read-only open's view is point in time; what it leaves out is logged
 and reported, and verify reports every damaged record wherever it is.
 """
@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 
 import kvstore
-from kvstore import _files, cli
+from kvstore import _datafiles, _recovery, cli
 from kvstore.exceptions import CorruptStoreError, UnsupportedVersionError
 
 HEADER = 24
 KREC = 24
-VHDR = 8
+VHDR = 24  # FORMAT.md, format 3: u32 length, u32 CRC, the key
 
 
 def k(i: int | str) -> bytes:
@@ -231,7 +231,7 @@ class TestTornTail:
             f.write(orphan)
         with open(key_file, "ab") as f:
             f.write(partial)
-        expected = _files.TornTail(
+        expected = _recovery.TornTail(
             key_offset=key_offset(5000),
             key_records=0,
             tombstones=0,
@@ -241,7 +241,7 @@ class TestTornTail:
             reason="",
         )
         with kvstore.open(copy5000, readonly=True) as ro:
-            assert ro.recovery == _files.Recovery(expected, truncated=False, saved=())
+            assert ro.recovery == _recovery.Recovery(expected, truncated=False, saved=())
             report = ro.verify_report()
         assert report.torn_tail == expected
         assert report.damages == [] and report.ok
@@ -271,7 +271,7 @@ class TestTornTail:
             report = ro.verify_report()
         assert [d.key for d in report.damages] == [k(4997), k(4998), k(4999)]
         assert {d.reason for d in report.damages} == {"offset outside the VAL file"}
-        assert report.torn_tail == _files.TornTail(
+        assert report.torn_tail == _recovery.TornTail(
             key_offset=key_offset(4997),
             key_records=3,
             tombstones=0,
@@ -365,7 +365,8 @@ class TestOpenNeverDropsSilently:
         assert "2 KEY records (including 1 tombstone)" in out[1]
 
 
-def v2_header(magic: bytes, gen: int, version: int = 2) -> bytes:
+def v2_header(magic: bytes, gen: int, version: int = 3) -> bytes:
+    """A file header with a checksum (format 2 on; FORMAT.md)."""
     head = struct.pack("<8sI", magic, version)
     tail = struct.pack("<Q", gen)
     return head + struct.pack("<I", zlib.crc32(tail, zlib.crc32(head))) + tail
@@ -375,7 +376,7 @@ class TestHeaders:
     FIELDS = {"magic": range(0, 8), "version": range(8, 12), "checksum": range(12, 16),
               "generation": range(16, 24)}  # fmt: skip
 
-    def test_new_files_are_version_2_with_a_checksum(self, store5000: Path) -> None:
+    def test_new_files_are_version_3_with_a_checksum(self, store5000: Path) -> None:
         key_file, val_file = data_pair(store5000)
         assert key_file.read_bytes()[:HEADER] == v2_header(b"KVSTKEY\n", 1)
         assert val_file.read_bytes()[:HEADER] == v2_header(b"KVSTVAL\n", 1)
@@ -422,11 +423,11 @@ class TestHeaders:
         build(path, 3)
         target = data_pair(path)[0 if which == "key" else 1]
         data = target.read_bytes()
-        target.write_bytes(v2_header(data[:8], 1, version=3) + data[HEADER:])
+        target.write_bytes(v2_header(data[:8], 1, version=4) + data[HEADER:])
         for readonly in (False, True):
             with pytest.raises(UnsupportedVersionError) as info:
                 kvstore.open(path, readonly=readonly)
-            assert "format version 3 is newer than this kvstore reads (2); upgrade" in str(
+            assert "format version 4 is newer than this kvstore reads (3); upgrade" in str(
                 info.value
             )
 
@@ -459,11 +460,13 @@ class TestHeaders:
         with kvstore.open(path) as db:
             assert dict(db.items()) == expected
             assert db.verify_report().ok
-            db.compact()  # the new generation is written as version 2
-        key_file, _ = data_pair(path)
+            db.compact()  # the new generation is written as version 3
+        key_file, val_file = data_pair(path)
         assert key_file.read_bytes()[:HEADER] == v2_header(b"KVSTKEY\n", 2)
+        assert val_file.read_bytes()[:HEADER] == v2_header(b"KVSTVAL\n", 2)
         with kvstore.open(path, readonly=True) as ro:
             assert dict(ro.items()) == expected
+            assert ro.verify_report().ok
 
     @pytest.mark.parametrize("byte", [8, 9, 11, 12, 13, 15])
     def test_a_flip_in_a_version_1_header_is_damage_too(self, tmp_path: Path, byte: int) -> None:
@@ -504,10 +507,10 @@ class TestChunkedOpen:
     N = BIG_N
     CHUNK = 1000
 
-    def files(self, path: Path, readonly: bool = True) -> _files.DataFiles:
-        gen, _ = _files.find_generation(str(path))
+    def files(self, path: Path, readonly: bool = True) -> _datafiles.DataFiles:
+        gen, _ = _datafiles.find_generation(str(path))
         assert gen is not None
-        return _files.DataFiles(str(path), gen, readonly=readonly)
+        return _datafiles.DataFiles(str(path), gen, readonly=readonly)
 
     def test_load_and_chunks_hold_one_chunk_at_a_time(self, big: Path) -> None:
         key_file, _ = data_pair(big)
@@ -518,7 +521,7 @@ class TestChunkedOpen:
         try:
             tracemalloc.start()
             try:
-                loaded = _files.load_records(
+                loaded = _recovery.load_records(
                     files, readonly=True, tail_check_bytes=1 << 20, chunk_records=self.CHUNK
                 )
                 scan_peak = tracemalloc.get_traced_memory()[1]
@@ -556,7 +559,7 @@ class TestChunkedOpen:
         flip(val_file, size - 2)  # the last put's value
         files = self.files(dest)
         try:
-            loaded = _files.load_records(
+            loaded = _recovery.load_records(
                 files, readonly=True, tail_check_bytes=1 << 20, chunk_records=self.CHUNK
             )
             n = sum(len(c) for c in loaded.chunks())

@@ -1,13 +1,4 @@
-"""``python -m kvstore``: dump, load, stats, get, put, delete, verify and compact a store.
-
-Commands that only read (dump, stats, get, verify) open the store read-only,
-so they work beside a live writer; load, put, delete and compact take the
-write lock. Only ``load`` and ``put --create`` make a store; every other
-command refuses a PATH that holds none. Every user error is one line,
-``kvstore: error: ...``, on stderr: exit status 1 for failures, 2 for usage.
-The dump line format lives in ``_cli_lines`` (and docs/CLI.md), the writing
-commands in ``_cli_write``.
-"""
+"""The parser, the read-only commands (dump, stats, get, verify), repair, and ``main``."""
 
 from __future__ import annotations
 
@@ -22,19 +13,21 @@ import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO, NoReturn
 
-from kvstore._cli_lines import escape_value, format_record, parse_record, unescape_value
-from kvstore._cli_support import (
+from .._repair import repair
+from ..exceptions import KVStoreError
+from ._lines import escape_value, format_record, parse_record, unescape_value
+from ._support import (
     PROG,
     CliError,
     both_keys_error,
+    check_store,
     describe_error,
     format_stat,
     open_readonly,
     plural,
     take_key,
 )
-from kvstore._cli_write import cmd_compact, cmd_delete, cmd_load, cmd_put
-from kvstore.exceptions import KVStoreError
+from ._write import cmd_compact, cmd_delete, cmd_load, cmd_put
 
 __all__ = [
     "CliError",
@@ -103,16 +96,39 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"damaged: key {item.key.hex()} offset {item.offset}: {item.reason} "
             f"(KEY record at offset {item.key_offset})"
         )
+    for what in report.missing:
+        print(f"missing: {what}")
     tail = report.torn_tail
     if tail is not None:
         print(f"torn tail: a writable open would cut {tail.describe()}")
     if not report.ok:
         cut = f"; a writable open would cut {plural(tail.key_records, 'record')}" if tail else ""
+        lost = f"; {report.missing[0]}" if report.missing else ""
+        fix = (
+            f"; 'python -m kvstore repair {args.path}' rebuilds the KEY file from VAL, "
+            "unless values are damaged" if report.repairable else ""
+        )
         raise CliError(
             f"{args.path}: {plural(len(report.damages), 'damaged record')} of "
-            f"{report.records} checked{cut}"
+            f"{report.records} checked{cut}{lost}{fix}"
         )
     print(f"ok: {report.records} records checked")
+    return 0
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Rebuild the KEY file from VAL; say what changed."""
+    check_store(args.path, create=False)
+    report = repair(args.path)
+    if report.unchanged:
+        print(f"ok: the KEY file already matches VAL ({report.records} records)")
+        return 0
+    print(
+        f"repaired: {report.records} KEY records written from VAL; {report.changed} changed, "
+        f"{report.added} added, {report.dropped} dropped; {report.val_bytes_cut} torn VAL "
+        "bytes cut"
+    )
+    print(f"kept: {', '.join(report.saved)}")
     return 0
 
 
@@ -299,9 +315,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     command(
         "compact", cmd_compact, "rewrite only the live records (needs the write lock)",
-        "Rewrite only live records, reclaiming deleted and overwritten space (needs the "
-        "write lock: fails while a crawl has the store open).",
+        "Rewrite only live records, reclaiming deleted and overwritten space; a store of "
+        "format 1 or 2 is rewritten as format 3 (needs the write lock: fails while a crawl "
+        "has the store open).",
         ["python -m kvstore compact data/main"],
+    )
+    command(
+        "repair", cmd_repair, "rebuild the KEY file from the VAL file (needs the write lock)",
+        "Rewrite the KEY file from the VAL file, whose records name their keys (format 3): "
+        "fixes the KEY damage that verify reports (flipped keys or offsets, records lost "
+        "from the end). The old KEY file and any cut bytes are kept in recovered/. Refuses, "
+        "changing nothing, if a value record is damaged (needs the write lock).",
+        ["python -m kvstore verify data/main || python -m kvstore repair data/main"],
     )
     return parser
 

@@ -20,8 +20,8 @@ from typing import BinaryIO
 
 import kvstore
 
-from ._cli_lines import parse_record
-from ._cli_support import (
+from ._lines import parse_record
+from ._support import (
     CliError,
     UsageError,
     both_keys_error,

@@ -15,8 +15,8 @@ import sys
 
 import kvstore
 
-from . import _files
-from .exceptions import StoreLockedError, StorePermissionError
+from .. import _datafiles
+from ..exceptions import StoreLockedError, StorePermissionError
 
 PROG = "kvstore"
 READ_ONLY_COMMANDS = "get, dump, stats, verify"
@@ -97,7 +97,7 @@ def check_store(path: str, *, create: bool = False) -> bool:
     if not os.path.isdir(path):
         raise CliError(f"{path}: not a store: it is a file (a store is a directory)")
     try:
-        generation, _ = _files.find_generation(path)
+        generation, _ = _datafiles.find_generation(path)
         names = os.listdir(path)
     except PermissionError:
         raise CliError(f"{path}: permission denied: cannot list the directory") from None
@@ -122,7 +122,7 @@ def _what_is_there(path: str, names: list[str]) -> str:
 
 def _is_store(path: str) -> bool:
     try:
-        return os.path.isdir(path) and _files.find_generation(path)[0] is not None
+        return os.path.isdir(path) and _datafiles.find_generation(path)[0] is not None
     except OSError:
         return False
 

@@ -16,13 +16,12 @@ file finds the torn tail, and ``Loaded.chunks()`` reads the kept records
 again for the index. The CRC check of the tail is ``check_val_records`` (C, or
 its pure-Python twin: see ``_backend``).
 
-The directory, its lock and a generation's files are ``_datafiles``' (its
-names are re-exported here, where the rest of the package has always found
-them).
+The directory, its lock and a generation's files are ``_datafiles``'.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -33,44 +32,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _format as fmt
-from ._backend import check_val_records
+from ._backend import check_keyed_records, check_val_records
 from ._datafiles import (
     CHUNK_RECORDS,
-    LOCK_NAME,
     DataFiles,
-    acquire_lock,
     check_headers,
-    create_generation,
-    data_paths,
-    find_generation,
     fsync_dir,
     iter_key_records,
-    prepare_directory,
     read_key_records,
-    write_all,
 )
+from ._indexfile import index_path
 
 __all__ = [
-    "CHUNK_RECORDS",
-    "LOCK_NAME",
     "RECOVERED_DIR",
-    "DataFiles",
     "Loaded",
     "Recovery",
     "TailScan",
     "TornTail",
-    "acquire_lock",
-    "check_headers",
-    "create_generation",
-    "data_paths",
-    "find_generation",
-    "fsync_dir",
-    "iter_key_records",
     "load_records",
-    "prepare_directory",
-    "read_key_records",
     "scan_tail",
-    "write_all",
 ]
 
 log = logging.getLogger(__name__)
@@ -203,10 +183,24 @@ def scan_tail(
     fd = files.key_fd
     n = (key_size - fmt.HEADER_SIZE) // fmt.KEY_RECORD_SIZE
     threshold = max(val_size - tail_check_bytes, fmt.HEADER_SIZE)
-    n, limit, tail_first, before_off = _first_pass(fd, n, val_size, threshold, chunk_records)
+    hsize = files.record_header_size
+    n, limit, tail_first, before = _first_pass(fd, n, val_size, hsize, threshold, chunk_records)
+    before_idx, before_off = before
     valid, reason = limit, ""
     val_end = fmt.HEADER_SIZE
-    if tail_first >= 0 or limit < n:
+    if files.keyed and n > 0:
+        # Every KEY record has its VAL record, in the same order: walk both in step from
+        # the put before the checked tail (whose end is trusted), deletions included.
+        with _map_val(files, val_size) as mm:
+            first = before_idx + 1 if before_idx >= 0 else 0
+            if before_idx >= 0:
+                val_end = min(fmt.keyed_record_end(mm, before_off), val_size)
+            valid, val_end, reason = _check_keyed(
+                fd, mm, first, limit, val_size, val_end, chunk_records
+            )
+            if valid == limit < n:
+                reason = _unsound_reason(fd, mm, limit, val_size, val_end, keyed=True)
+    elif tail_first >= 0 or limit < n:
         with _map_val(files, val_size) as mm:
             if before_off >= 0:
                 val_end = _record_end(mm, before_off, val_size)
@@ -215,9 +209,7 @@ def scan_tail(
                     fd, mm, tail_first, limit, val_size, val_end, chunk_records
                 )
             if valid == limit < n:
-                rec = read_key_records(fd, limit, 1)
-                problem, _ = fmt.check_val_record(mm, int(rec["off"][0]), val_size, 0)
-                reason = _record_reason(rec["key"][0].tobytes(), limit, int(rec["off"][0]), problem)
+                reason = _unsound_reason(fd, mm, limit, val_size, val_end, keyed=False)
     key_end = fmt.HEADER_SIZE + valid * fmt.KEY_RECORD_SIZE
     if key_end == key_size and val_end == val_size:
         return TailScan(valid, val_end, None)
@@ -238,21 +230,21 @@ def scan_tail(
 
 
 def _first_pass(
-    fd: int, n: int, val_size: int, threshold: int, chunk_records: int
-) -> tuple[int, int, int, int]:
+    fd: int, n: int, val_size: int, hsize: int, threshold: int, chunk_records: int
+) -> tuple[int, int, int, tuple[int, int]]:
     """Read the KEY file once; return (records read, the first structurally unsound
-    record or that count, the first put to CRC-check or -1, the VAL offset of the
-    put before it or -1)."""
+    record or that count, the first put to CRC-check or -1, (index, VAL offset) of
+    the put before it or (-1, -1)). ``hsize``: the VAL record header's size."""
     limit = n
     seen = 0
     tail_first = -1  # the first put whose value lies at or after `threshold`
-    before_off = -1
+    before = (-1, -1)
     last = prev = (-1, -1)  # (index, VAL offset) of the last two puts before `limit`
     for start, recs in iter_key_records(fd, 0, n, chunk_records, reuse=True):
         offs = recs["off"]
         seen = start + len(offs)
         bad = (offs < fmt.TOMBSTONE) | (
-            (offs >= 0) & ((offs < fmt.HEADER_SIZE) | (offs > val_size - fmt.VAL_HEADER_SIZE))
+            (offs >= 0) & ((offs < fmt.HEADER_SIZE) | (offs > val_size - hsize))
         )
         stop = int(np.argmax(bad)) if bad.any() else len(offs)
         del bad
@@ -263,7 +255,7 @@ def _first_pass(
             if hit >= 0:
                 tail_first = start + hit
                 p = _last_true(is_put[:hit])
-                before_off = int(offs[p]) if p >= 0 else last[1]
+                before = (start + p, int(offs[p])) if p >= 0 else last
         p = _last_true(is_put)
         if p >= 0:
             q = _last_true(is_put[:p])
@@ -275,8 +267,8 @@ def _first_pass(
     else:
         n = limit = seen  # the file may have been shorter by the time we read it
     if tail_first < 0 and last[0] >= 0:  # no value in the tail: check the last one
-        tail_first, before_off = last[0], prev[1]
-    return n, limit, tail_first, before_off
+        tail_first, before = last[0], prev
+    return n, limit, tail_first, before
 
 
 def _check_puts(
@@ -303,6 +295,43 @@ def _check_puts(
             key = recs["key"][j].tobytes()
             return start + j, val_end, _record_reason(key, start + j, off, problem)
     return stop, val_end, ""
+
+
+def _check_keyed(
+    fd: int,
+    mm: mmap.mmap,
+    first: int,
+    stop: int,
+    val_size: int,
+    pos: int,
+    chunk_records: int,
+) -> tuple[int, int, str]:
+    """Check KEY records first..stop-1 against the keyed VAL records from ``pos`` on, in
+    step; return (valid, VAL end, reason)."""
+    for start, recs in iter_key_records(fd, first, stop, chunk_records, reuse=True):
+        raw = recs.view(np.uint8)
+        passed, end = check_keyed_records(mm, raw, val_size, pos)
+        pos = end
+        if passed < len(recs):
+            j = start + passed
+            key = recs["key"][passed].tobytes()
+            off = int(recs["off"][passed])
+            problem, _ = fmt.check_keyed_record(mm, pos, val_size, key, off)
+            return j, pos, _record_reason(key, j, off, problem)
+    return stop, pos, ""
+
+
+def _unsound_reason(
+    fd: int, mm: mmap.mmap, index: int, val_size: int, pos: int, *, keyed: bool
+) -> str:
+    """Why KEY record ``index`` (structurally unsound: a bad offset) is unsound."""
+    rec = read_key_records(fd, index, 1)
+    key, off = rec["key"][0].tobytes(), int(rec["off"][0])
+    if keyed:  # pos is valid, so a bad offset is never where the record lies
+        problem, _ = fmt.check_keyed_record(mm, pos, val_size, key, off)
+    else:
+        problem, _ = fmt.check_val_record(mm, off, val_size, 0)
+    return _record_reason(key, index, off, problem)
 
 
 def _first_true(mask: np.ndarray) -> int:
@@ -370,4 +399,8 @@ def _truncate(files: DataFiles, key_end: int, val_end: int) -> tuple[str, ...]:
             os.fsync(fd)
             saved.append(out)
     fsync_dir(rdir)
+    # The index a clean close saved describes the files before the cut: it is stale now,
+    # and its stamp would make verify report the cut records as lost forever.
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(index_path(files.directory, files.gen))
     return tuple(saved)
