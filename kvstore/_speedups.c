@@ -1622,6 +1622,10 @@ parse_get(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject *
 typedef struct {
     PyObject_HEAD
     PyObject *g, *lock, *readonly, *max_value_size, *buffer_size;
+    /* The last generation whose `keyed` was read, held (so no other can take its
+     * address), and that value: a cache of one attribute read on every hot path. */
+    PyObject *keyed_of;
+    int keyed;
 } StoreObject;
 
 static int
@@ -1632,6 +1636,7 @@ Store_traverse(StoreObject *self, visitproc visit, void *arg)
     Py_VISIT(self->readonly);
     Py_VISIT(self->max_value_size);
     Py_VISIT(self->buffer_size);
+    Py_VISIT(self->keyed_of);
     return 0;
 }
 
@@ -1643,6 +1648,7 @@ Store_clear(StoreObject *self)
     Py_CLEAR(self->readonly);
     Py_CLEAR(self->max_value_size);
     Py_CLEAR(self->buffer_size);
+    Py_CLEAR(self->keyed_of);
     return 0;
 }
 
@@ -1690,22 +1696,51 @@ Store_contains(StoreObject *self, PyObject *key)
     return r;
 }
 
+/* A generation's VAL layout (its `keyed`): 1 keyed, 0 plain, -1 error. */
+static int
+gen_keyed(PyObject *g)
+{
+    PyObject *kd = PyObject_GetAttr(g, str_keyed);
+    if (kd == NULL)
+        return -1;
+    int keyed = kd == Py_True;
+    Py_DECREF(kd);
+    return keyed;
+}
+
+/* gen_keyed(g), read once per generation. Both fields are set before the old one is
+ * let go (which may run a finalizer and switch threads), so a reader never sees a
+ * generation with another's value. */
+static int
+store_keyed(StoreObject *self, PyObject *g)
+{
+    if (g == self->keyed_of)
+        return self->keyed;
+    int keyed = gen_keyed(g);
+    if (keyed < 0)
+        return -1;
+    PyObject *old = self->keyed_of;
+    Py_INCREF(g);
+    self->keyed = keyed;
+    self->keyed_of = g;
+    Py_XDECREF(old);
+    return keyed;
+}
+
 /* The common cases of Store._read (a value in the write buffer, or inside the map),
  * checked as it checks them, the record's key against `key` in a keyed generation.
  * Returns NULL *without* an exception for every other case, for _read itself to
  * handle (pread, remap, a bad record, a CRC failure, another key's record). */
 static PyObject *
-read_fast(PyObject *g, long long off, PyObject *key)
+read_fast(PyObject *g, long long off, PyObject *key, int keyed)
 {
-    PyObject *wbuf = NULL, *files = NULL, *mmt = NULL, *res = NULL, *kd = NULL;
+    PyObject *wbuf = NULL, *files = NULL, *mmt = NULL, *res = NULL;
     Py_buffer view = {0};
     const unsigned char *p;
     long long base, length, crc, hsize;
     uint32_t head_crc = 0;
-    int keyed;
-    if (!(kd = PyObject_GetAttr(g, str_keyed)))
+    if (keyed < 0)
         goto out;
-    keyed = kd == Py_True;
     hsize = keyed ? RECORD_HEADER_SIZE : VAL_HEADER_SIZE;
     if (!(wbuf = PyObject_GetAttr(g, str_wbuf)) || !PyTuple_CheckExact(wbuf) ||
         PyTuple_GET_SIZE(wbuf) != 2)
@@ -1771,7 +1806,6 @@ read_fast(PyObject *g, long long off, PyObject *key)
 out:
     if (view.obj)
         PyBuffer_Release(&view);
-    Py_XDECREF(kd);
     Py_XDECREF(wbuf);
     Py_XDECREF(files);
     Py_XDECREF(mmt);
@@ -1798,7 +1832,7 @@ store_lookup(StoreObject *self, PyObject *key, PyObject *dflt)
         }
         goto out;
     }
-    if ((res = read_fast(g, off, k)) == NULL) {
+    if ((res = read_fast(g, off, k, store_keyed(self, g))) == NULL) {
         PyObject *o = PyLong_FromLongLong(off);
         if (o != NULL) {
             PyObject *args[4] = {(PyObject *)self, g, o, k};
@@ -1871,18 +1905,6 @@ flush_if_full(StoreObject *self, PyObject *g, Py_ssize_t buffered)
     return 0;
 }
 
-/* A generation's VAL layout (its `keyed`): 1 keyed, 0 plain, -1 error. */
-static int
-gen_keyed(PyObject *g)
-{
-    PyObject *kd = PyObject_GetAttr(g, str_keyed);
-    if (kd == NULL)
-        return -1;
-    int keyed = kd == Py_True;
-    Py_DECREF(kd);
-    return keyed;
-}
-
 /* _fallback._record_header: what precedes the value v in its VAL record; returns its
  * size (RECORD_HEADER_SIZE or VAL_HEADER_SIZE). */
 static long long
@@ -1901,10 +1923,9 @@ record_header(unsigned char *header, PyObject *k, PyObject *v, int keyed)
 }
 
 /* Under the lock: _fallback.StoreBase.__setitem__ from `with self._lock:` on. The
- * header was made for generation `seen` (NULL: none was open), whose layout is `keyed`. */
+ * header was made for the layout `keyed`. */
 static int
-store_put_locked(StoreObject *self, PyObject *k, PyObject *v, unsigned char *header, int keyed,
-                 PyObject *seen)
+store_put_locked(StoreObject *self, PyObject *k, PyObject *v, unsigned char *header, int keyed)
 {
     PyObject *g, *wbuf = NULL, *buf, *kbuf = NULL, *index = NULL;
     unsigned char rec[KEY_RECORD_SIZE];
@@ -1912,12 +1933,10 @@ store_put_locked(StoreObject *self, PyObject *k, PyObject *v, unsigned char *hea
     int r = -1, now;
     if ((g = store_writable(self)) == NULL)
         return -1;
-    if (g != seen) { /* a compaction swapped the generation meanwhile: its layout? */
-        if ((now = gen_keyed(g)) < 0)
-            goto out;
-        if (now != keyed)
-            hsize = record_header(header, k, v, now);
-    }
+    if ((now = store_keyed(self, g)) < 0)
+        goto out;
+    if (now != keyed) /* a compaction rewrote the generation meanwhile */
+        hsize = record_header(header, k, v, now);
     if (!(wbuf = PyObject_GetAttr(g, str_wbuf)))
         goto out;
     if (!PyTuple_CheckExact(wbuf) || PyTuple_GET_SIZE(wbuf) != 2 ||
@@ -1953,7 +1972,7 @@ out:
 static int
 store_put(StoreObject *self, PyObject *key, PyObject *value)
 {
-    PyObject *k = checked_key(key), *v = NULL, *lock = NULL, *seen = NULL;
+    PyObject *k = checked_key(key), *v = NULL, *lock = NULL;
     unsigned char header[RECORD_HEADER_SIZE];
     int r = -1, too_big = 1, keyed = 1;
     if (k == NULL)
@@ -1977,23 +1996,18 @@ store_put(StoreObject *self, PyObject *key, PyObject *value)
     }
     /* The CRC is computed before the lock is taken, for the layout of the generation
      * open now (a closed store: any, _writable() raises under the lock). */
-    if (self->g != NULL && self->g != Py_None) {
-        seen = self->g; /* held, so no other generation can take its address */
-        Py_INCREF(seen);
-        if ((keyed = gen_keyed(seen)) < 0)
-            goto out;
-    }
+    if (self->g != NULL && self->g != Py_None && (keyed = store_keyed(self, self->g)) < 0)
+        goto out;
     record_header(header, k, v, keyed);
     if (!(lock = owner_lock(self->lock)) || lock_acquire(lock) < 0)
         goto out;
-    r = store_put_locked(self, k, v, header, keyed, seen);
+    r = store_put_locked(self, k, v, header, keyed);
     if (lock_release(lock) < 0)
         r = -1;
 out:
     Py_DECREF(k);
     Py_XDECREF(v);
     Py_XDECREF(lock);
-    Py_XDECREF(seen);
     return r;
 }
 
@@ -2014,7 +2028,7 @@ store_delete_locked(StoreObject *self, PyObject *k)
         PyErr_SetObject(PyExc_KeyError, k);
         goto out;
     }
-    if ((keyed = gen_keyed(g)) < 0)
+    if ((keyed = store_keyed(self, g)) < 0)
         goto out;
     if (keyed) { /* the delete leaves its record in VAL too: _format.pack_deletion */
         unsigned char del[RECORD_HEADER_SIZE];
