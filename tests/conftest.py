@@ -13,11 +13,20 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 
 import pytest
 
 CI_MAY_SKIP = "ci_may_skip"
+
+# A run started in the background of a non-interactive shell (``pytest &``, nohup) has
+# SIGINT ignored, and every child inherits that: a crawl, an export or a server the tests
+# stop with SIGINT (Ctrl-C) would then ignore it, and those tests fail or hang for a
+# reason that is not the code's. A handler (unlike SIG_IGN) is reset by exec, so with
+# Python's own handler here the children start as a terminal user's would.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class _Watch:

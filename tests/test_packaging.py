@@ -76,6 +76,41 @@ def test_installed_distribution_outside_the_checkout(tmp_path: Path) -> None:
     assert done.stdout.strip().startswith(str(REPO / "kvstore"))
 
 
+@pytest.mark.parametrize("package", ["kvstore", "crawler"])
+def test_the_built_package_ships_py_typed(tmp_path: Path, package: str) -> None:
+    """PEP 561: code that embeds kvstore or crawler gets their type hints only if the
+    installed package holds ``py.typed``. setuptools' build_py is the step a wheel (and an
+    install from an sdist) takes a package's files from: its output is the package as a
+    user's site-packages gets it."""
+    out = tmp_path / "lib"
+    done = subprocess.run(
+        [sys.executable, "setup.py", "--quiet", "build_py", "--build-lib", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )
+    if "No module named 'setuptools'" in done.stderr:
+        pytest.fail("setuptools is not in this venv (Python 3.12+ venvs lack it): "
+                    "pip install 'setuptools>=64'")
+    assert done.returncode == 0, done.stderr
+    assert (out / package / "__init__.py").is_file(), sorted(p.name for p in out.iterdir())
+    marker = out / package / "py.typed"
+    assert marker.is_file(), f"{package}/py.typed is not in the built package"
+    assert (REPO / package / "py.typed").read_bytes() == marker.read_bytes()
+
+
+def test_ci_lints_before_the_tests_with_the_configured_tools() -> None:
+    """.ci/run installs the [lint] extra and runs ruff and mypy (strict, setup.cfg) in the
+    venv of the newest releases before its test command, so a finding fails CI early."""
+    ci = (REPO / ".ci" / "run").read_text()
+    lint = _requirements(_setup_cfg()["options.extras_require"]["lint"])
+    assert set(lint) == {"ruff", "mypy"}
+    steps = [line.strip() for line in ci.splitlines()]
+    install = steps.index("pip install --quiet -e '.[lint]'")
+    assert install < steps.index("ruff check .") < steps.index("mypy") < steps.index(
+        "python -m pytest -q")
+    mypy = _setup_cfg()["mypy"]
+    assert mypy["strict"] == "true" and mypy["packages"] == "kvstore, crawler"
+
+
 def test_readme_test_command_is_the_one_ci_runs() -> None:
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text()

@@ -52,7 +52,9 @@ def test_resume_after_completion_fetches_nothing(make_testweb: MakeWeb, tmp_path
 
 
 def test_politeness_per_host_limit_and_delay(make_testweb: MakeWeb, tmp_path: Path) -> None:
-    web = make_testweb(pages=120, hosts=3, seed=5, crawl_delay=0.15)
+    # 60 pages: every gap of every host is checked, and each host has dozens (120 pages
+    # took ~9 s of delays and proved the same rule on more gaps).
+    web = make_testweb(pages=60, hosts=3, seed=5, crawl_delay=0.15)
     engine = run_crawl(web, tmp_path / "c", threads=16, per_host=1, delay=0.05)
     assert engine.complete
     want = web.oracle.crawl()
@@ -64,8 +66,10 @@ def test_politeness_per_host_limit_and_delay(make_testweb: MakeWeb, tmp_path: Pa
 
 
 def test_retry_after_is_honoured(make_testweb: MakeWeb, tmp_path: Path) -> None:
+    # 15 pages, 4 of them in /s1/: each 429 holds the host 1 s, and more of them (30
+    # pages: ~8 s) only repeated the same check.
     web = make_testweb(
-        pages=30,
+        pages=15,
         hosts=1,
         seed=2,
         faults=[fault("status_429", host="h0.test", prefix="/s1/", retry_after=1)],
@@ -74,6 +78,7 @@ def test_retry_after_is_honoured(make_testweb: MakeWeb, tmp_path: Path) -> None:
     assert engine.complete
     assert fetched_urls(tmp_path / "c") == set(web.oracle.crawl().fetched)
     log = sorted(web.log.records(host="h0.test"), key=lambda r: r.start)
+    assert sum(r.status == 429 for r in log[:-1]) >= 2, "the crawl met 429s with a request after"
     for before, after in zip(log, log[1:], strict=False):
         if before.status == 429:
             assert after.start - before.end >= 1.0 - 0.02, (before.target, after.target)

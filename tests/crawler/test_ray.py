@@ -73,7 +73,11 @@ def ray_head() -> Iterator[tuple[str, dict[str, str]]]:
 def stop_cluster(token: str) -> None:
     """End this cluster only (``ray stop`` would end every Ray on the machine): each of
     its processes, servers, agents (which rename themselves) and workers, inherited
-    the cluster's own auth token in its environment."""
+    the cluster's own auth token in its environment.
+
+    The GCS server goes last: sent SIGTERM together with the raylet it stayed up for
+    more than 20 s (so every teardown waited out the grace period below), while after
+    the raylet and the rest are gone it ends within a second."""
     mark = f"RAY_AUTH_TOKEN={token}".encode()
 
     def ours() -> list[int]:
@@ -89,15 +93,27 @@ def stop_cluster(token: str) -> None:
                 continue
         return [p for p in pids if alive(p)]
 
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in ours():
+    def is_gcs(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return os.path.basename(f.read().split(b"\0")[0]) == b"gcs_server"
+        except OSError:
+            return False
+
+    def end(pids: Callable[[], list[int]], sig: signal.Signals) -> None:
+        for pid in pids():
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + 15
-        while ours() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 15  # a grace period, not a limit: SIGKILL follows
+        while pids() and time.monotonic() < deadline:
             time.sleep(0.1)
+
+    gcs = [p for p in ours() if is_gcs(p)]
+    end(lambda: [p for p in ours() if p not in gcs], signal.SIGTERM)
+    end(ours, signal.SIGTERM)
+    end(ours, signal.SIGKILL)
 
 
 def ray_args(web: TestWeb, data: Path, address: str, shards: int, *extra: str) -> list[str]:

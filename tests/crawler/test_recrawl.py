@@ -39,8 +39,13 @@ def cli(*args: str) -> list[str]:
     return ["python", "-m", "crawler", *args]
 
 
+# The site's robots.txt Crawl-delay is 0 here: a 1 s delay on h1.test made every crawl
+# of these tests take ~10 s and proves nothing about a recrawl (test_crawl.py and
+# test_options.py hold the crawler to a Crawl-delay).
+
+
 def small_web() -> TestWeb:
-    return TestWeb(SiteConfig(hosts=2, pages=30, seed=5)).start()
+    return TestWeb(SiteConfig(hosts=2, pages=30, seed=5, crawl_delay=0.0)).start()
 
 
 def test_a_recrawl_of_an_unchanged_site_is_all_304s_and_keeps_every_body(tmp_path: Path) -> None:
@@ -197,7 +202,7 @@ def test_ages_and_the_selection_rule() -> None:
 def test_a_recrawl_of_a_site_on_nginx_is_all_304s(tmp_path: Path) -> None:
     """nginx answers conditional GETs for static files from their ETag and mtime: the
     test web exported and served by it, crawled, recrawled: nothing downloaded again."""
-    config = SiteConfig(pages=60, hosts=3, seed=6)
+    config = SiteConfig(pages=60, hosts=3, seed=6, crawl_delay=0.0)
     ports = []
     for _ in range(2):
         with socket.socket() as s:

@@ -24,6 +24,11 @@ HERE = Path(__file__).resolve().parent
 KILLS = 20
 SEED = 20240601
 MIN_DELAY, MAX_DELAY = 0.05, 0.4
+# The put writer is killed sooner: it writes ~700,000 records a second (C store), so even
+# 0.05 s holds hundreds of flushes and the kill lands at a random point among them; what
+# made the test slow (~28 s) was only checking every record of a longer run, round after
+# round. (The compaction writer keeps MAX_DELAY: its kills must land inside a compaction.)
+PUT_MAX_DELAY = 0.15
 COMPACT_PRELOAD = 2500  # keys of ~4 KiB before the first compaction child
 MAX_COMPACT_ROUNDS = 80
 RECHECK_MARGIN = 5_000  # records before the previous kill whose values are rechecked each round
@@ -123,7 +128,7 @@ def test_kill_during_puts(tmp_path: Path, python: str, child_env: dict[str, str]
     for round_no in range(KILLS):
         previous = flushed
         lines = run_child(
-            python, child_env, store, "put", flushed, rng.uniform(MIN_DELAY, MAX_DELAY), log
+            python, child_env, store, "put", flushed, rng.uniform(MIN_DELAY, PUT_MAX_DELAY), log
         )
         flushed = flushed_count(lines, flushed)
         with kvstore.open(store) as db:
