@@ -37,6 +37,9 @@ DEFAULT_MAX_DECODED_BYTES = 20 << 20  # after gzip/deflate
 # body, its parse, its record; 165 MiB with the default limits).
 DEFAULT_MEMORY_BUDGET = None
 # Sitemaps' limit and what most servers accept; longer links are dropped, not recorded.
+# Longer URLs are dropped (about the old Internet Explorer limit of 2,083 that sites were
+# built around; Scrapy's URLLENGTH_LIMIT is the same): anything longer is almost always a
+# session-id or calendar trap. The one default: crawler.web.urls uses it too.
 DEFAULT_MAX_URL_LENGTH = 2048
 DEFAULT_STACK_SIZE = 256 * 1024
 DEFAULT_STATUS_INTERVAL = 5.0
@@ -57,9 +60,10 @@ DEFAULT_SITEMAPS = "all"
 # so does a resume that reads one back from a crawl's settings.json (naming the file).
 
 # Fetch threads of one shard process (--threads is split over the shards). A thread costs
-# a 256 KiB stack (reserved) and some 20-90 KiB resident (README: 5,000 threads in 471 MB
-# over 2 shards); starting 10,000 takes seconds, and past a few thousand the switches
-# under one GIL cost more CPU per page than the fetches. Twice the original's 5,000.
+# a 256 KiB stack (reserved) and some 20-90 KiB resident (docs/PERFORMANCE.md: 5,000
+# threads in 471 MB over 2 shards); starting 10,000 takes seconds, and past a few
+# thousand the switches under one GIL cost more CPU per page than the fetches. Twice the
+# original's 5,000.
 MAX_THREADS_PER_SHARD = 10_000
 # Shard processes on one machine (--processes): a shard is at most about one core (the
 # GIL) and 60-90 MB at rest, so more processes than cores add memory, not speed.

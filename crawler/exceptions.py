@@ -43,10 +43,10 @@ class DNSError(CrawlerError):
 
 
 class FetchError(CrawlerError):
-    """A fetch that produced no usable response. ``reason`` is a short class name
-    used in status counts (e.g. connect_refused, connect_timeout, read_timeout,
-    total_timeout, reset, too_large, decompression_bomb, tls, private_ip,
-    too_many_redirects, protocol)."""
+    """A fetch that produced no usable response. ``reason`` is one of crawler.outcomes'
+    reasons: a host failure (connect_refused, connect_timeout, connect_error, tls), a
+    transient one (read_timeout, total_timeout, reset, protocol), or ``aborted`` (the
+    fetcher was closed: the crawl is stopping)."""
 
     def __init__(self, url: str, reason: str, detail: str = "") -> None:
         super().__init__(f"{url[:200]}: {reason}{': ' + detail if detail else ''}")

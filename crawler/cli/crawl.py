@@ -13,12 +13,18 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from ..config import MAX_PROCESSES, MAX_SHARDS, MAX_THREADS_PER_SHARD, CrawlerConfig
+from ..config import (
+    DEFAULT_MAX_URL_LENGTH,
+    MAX_PROCESSES,
+    MAX_SHARDS,
+    MAX_THREADS_PER_SHARD,
+    CrawlerConfig,
+)
 from ..exceptions import CrawlerError, DataDirError, ShardCountError, URLError, UsageError
 from ..run.hints import explain
-from ..run.status import live_pid, record_end
 from ..state.settings import SETTINGS_NAME, load_settings, save_settings, settings_path
 from ..state.shards import default_count, open_layout, read_count
+from ..state.statusfile import live_pid, record_end
 from ..web.urls import normalize, origin
 from . import raystart, startopts
 from ._common import count
@@ -87,7 +93,7 @@ _SEED_REASONS = {
     "scheme": "only http:// and https:// URLs can be crawled",
     "host": "no valid host name in it",
     "port": "its port is not a number from 1 to 65535",
-    "too_long": "longer than the 2048 characters a URL may have",
+    "too_long": f"longer than the {DEFAULT_MAX_URL_LENGTH} characters a URL may have",
 }
 
 
@@ -108,7 +114,7 @@ def _normalized_seeds(args: argparse.Namespace) -> list[str]:
     out = []
     for seed, where in given:
         try:
-            out.append(normalize(seed, max_length=2048))
+            out.append(normalize(seed, max_length=DEFAULT_MAX_URL_LENGTH))
         except URLError as exc:
             why = _SEED_REASONS.get(exc.reason, exc.reason)
             raise CrawlerError(f"bad seed URL {seed[:200]!r}{where}: {why}") from None
@@ -130,7 +136,7 @@ def _read_seeds(data_dir: str) -> list[str]:
     for n, line in enumerate(lines, 1):
         if line.strip():
             try:
-                normalize(line.strip(), max_length=2048)
+                normalize(line.strip(), max_length=DEFAULT_MAX_URL_LENGTH)
             except URLError as exc:
                 why = _SEED_REASONS.get(exc.reason, exc.reason)
                 raise DataDirError(f"{path}:{n}: not a seed URL ({why}): fix or delete the "
@@ -360,12 +366,13 @@ def _start_one(config: CrawlerConfig, seeds: list[str], interrupts: Interrupts) 
         record_end(config.data_dir, "failed")
         raise
     elapsed = time.monotonic() - started
+    counts = engine.counters.snapshot()
     summary = {
         "complete": complete,
-        "fetched": engine.fetched,
+        "fetched": counts.fetched,
         "seconds": round(elapsed, 1),
-        "pages_per_s": round(engine.fetched / max(elapsed, 1e-9), 1),
-        "outcomes": dict(sorted(engine.outcomes.items())),
+        "pages_per_s": round(counts.fetched / max(elapsed, 1e-9), 1),
+        "outcomes": counts.outcomes,
     }
     end = "complete" if complete else ("interrupted" if interrupts.signals else "limit")
     record_end(config.data_dir, end)

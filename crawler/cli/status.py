@@ -16,12 +16,13 @@ import numpy as np
 
 import kvstore
 
+from ..outcomes import by_class, outcome_key
 from ..read.display import printable
 from ..read.listing import CrawlReader
 from ..read.sitemaps import summary as sitemap_summary
-from ..run.status import by_class, is_running, outcome_key, read_status, sum_snapshots
 from ..state.pages import decode_bulk
 from ..state.shards import crawl_count, shard_dir
+from ..state.statusfile import is_running, read_status, sum_snapshots
 from ..web.urls import url_key
 
 # status.json's "state" after a run (crawler.cli.crawl writes it), in words.

@@ -41,12 +41,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import outcomes
+from ..config import DEFAULT_RENDER_BROWSER
 from ..exceptions import BrowserError, BrowserGone
 from .cdp import Connection, Process
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BROWSER = "chromium"
+DEFAULT_BROWSER = DEFAULT_RENDER_BROWSER  # (crawler.config: the one default)
 FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
     # Without these Chromium reaches out to Google's hosts at start and on its own timers.
@@ -225,8 +227,8 @@ class Browser:
             if conn.closed.is_set():
                 raise BrowserGone(str(exc)) from None
             log.debug("render of %s cut: %s", url, exc)
-            out = Rendered("render_timeout" if time.monotonic() >= started + timeout
-                           else "render_failed")
+            out = Rendered(outcomes.RENDER_TIMEOUT if time.monotonic() >= started + timeout
+                           else outcomes.RENDER_FAILED)
         finally:
             if session is not None:
                 conn.forget(session)
@@ -275,7 +277,7 @@ class _Tab:
         while True:
             now = time.monotonic()
             if now >= self.deadline:
-                return self._cut("render_timeout")
+                return self._cut(outcomes.RENDER_TIMEOUT)
             try:
                 msg = self.events.get(timeout=min(_POLL, self.deadline - now))
             except queue.Empty:
@@ -287,23 +289,23 @@ class _Tab:
             if navigated.done() and navigated.exception() is None:
                 error = navigated.result().get("errorText")
                 if error:
-                    return self._cut("render_failed")
+                    return self._cut(outcomes.RENDER_FAILED)
             now = time.monotonic()
             if self.loaded and now - last_look >= _POLL:
                 last_look = now
                 quiet_ms, timers, heap = self._eval("window.__kvcrawlWatch()")
                 if heap > self.browser.memory_mb << 20:
-                    return self._cut("render_memory")
+                    return self._cut(outcomes.RENDER_MEMORY)
                 settle = self.browser.settle
                 if quiet_ms >= settle * 1000 and not timers and now - self.last_net >= settle:
                     break
         where, dom = self._eval(
             "[location.href, document.documentElement ? document.documentElement.outerHTML : '']")
         if str(where).partition("#")[0] != self.url:  # a script or meta refresh went elsewhere
-            return self._cut("render_navigated")
+            return self._cut(outcomes.RENDER_NAVIGATED)
         data = str(dom).encode("utf-8", "replace")
         if len(data) > self.browser.max_dom_bytes:
-            return self._cut("render_too_large")
+            return self._cut(outcomes.RENDER_TOO_LARGE)
         self.out.dom = data
         return self.out
 
@@ -331,12 +333,12 @@ class _Tab:
             frame = params.get("frame", {})
             if not frame.get("parentId") and str(frame.get("url", "")).partition("#")[0] \
                     != self.url:
-                return "render_navigated"  # a meta refresh or a script went elsewhere
+                return outcomes.RENDER_NAVIGATED  # a meta refresh or a script went elsewhere
         elif method == "Page.javascriptDialogOpening":  # alert() would hold the page forever
             self.conn.send("Page.handleJavaScriptDialog", {"accept": False},
                            session=self.session)
         elif method in ("Inspector.targetCrashed", "Inspector.detached"):
-            return "render_crashed"
+            return outcomes.RENDER_CRASHED
         elif method == "kvcrawl.gone":
             raise BrowserGone("the browser is gone")
         return None
@@ -352,9 +354,9 @@ class _Tab:
             return
         refusal = None
         if kind not in FETCHED_TYPES or request.get("method") != "GET":
-            refusal = "render_refused_type"
+            refusal = outcomes.RENDER_REFUSED_TYPE
         elif self.out.fetched + sum(self.out.refused.values()) >= MAX_SUBREQUESTS:
-            refusal = "render_subrequest_limit"
+            refusal = outcomes.RENDER_SUBREQUEST_LIMIT
         if refusal is None:
             got = self.subfetch(url, kind, self.deadline)
             if isinstance(got, Answer):

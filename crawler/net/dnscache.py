@@ -2,7 +2,8 @@
 
 Theory of operation. ``resolve(host)`` lowercases the host and drops one
 final dot. An IP literal is returned as it is (IPv4 only). A name is looked
-up in two kvstore.KeyIntMaps keyed by md5 of the name:
+up in two kvstore.KeyIntMaps keyed by the name's host key (crawler.web.urls.host_key,
+the one md5 of a host name the crawler makes):
 
 - positive (Host2IP): ``(expiry << 32) | ipv4``, kept for the answer's TTL
   clamped to [min_ttl, max_ttl];
@@ -48,9 +49,11 @@ import dns.rdatatype
 import dns.resolver
 import numpy as np
 
-from kvstore import KeyIntMap, md5_key
+from kvstore import KeyIntMap
 
+from ..config import DEFAULT_DNS_TIMEOUT
 from ..exceptions import ConfigError, DNSError
+from ..web.urls import host_key
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -68,7 +71,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Total time one lookup may take, every retry and the TCP fallback included.
-DEFAULT_DNS_TIMEOUT = 5.0
 #: Time one UDP or TCP attempt waits before dnspython retries (within the total).
 DEFAULT_TRY_TIMEOUT = 2.0
 DEFAULT_MIN_TTL = 60
@@ -196,7 +198,7 @@ class DNSCache:
         literal = self._literal(host, name)
         if literal is not None:
             return literal
-        key = md5_key(name)
+        key = host_key(name)
         now = self._clock()
         outcome = self._cached(key, name, now)
         from_cache = outcome is not None
@@ -249,7 +251,7 @@ class DNSCache:
 
     def forget(self, host: str) -> None:
         """Drop ``host`` from both caches (e.g. after its IP refused connections)."""
-        key = md5_key(host.strip().lower().removesuffix("."))
+        key = host_key(host.strip().lower().removesuffix("."))
         self._positive.pop(key, None)
         self._negative.pop(key, None)
 

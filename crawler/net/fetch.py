@@ -63,8 +63,16 @@ from urllib.parse import urljoin, urlsplit
 
 import certifi
 
+from .. import outcomes
+from ..config import (  # the one place of every default a crawl is configured with
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_DECODED_BYTES,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_TOTAL_TIMEOUT,
+)
 from ..exceptions import ConfigError, FetchError, URLError
-from ..web.urls import DEFAULT_PORTS, URL
+from ..web.urls import DEFAULT_PORTS, URL, host_key
 from .connections import (
     Connection,
     ConnectionPool,
@@ -77,11 +85,6 @@ from .watchdog import Watch, Watchdog
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONNECT_TIMEOUT = 10.0
-DEFAULT_READ_TIMEOUT = 30.0
-DEFAULT_TOTAL_TIMEOUT = 60.0
-DEFAULT_MAX_BODY_BYTES = 10 << 20
-DEFAULT_MAX_DECODED_BYTES = 20 << 20
 DEFAULT_POOL_CONNECTIONS = 1000  # origins whose idle connections are kept, LRU
 DEFAULT_POOL_MAXSIZE = 8  # idle connections kept per host (more may be open at once)
 DEFAULT_MAX_HEADER_VALUE = 2048
@@ -178,17 +181,17 @@ def _classify(exc: BaseException, phase: str) -> str:
     """The reason class of an error in ``phase``: connect, tls, response or body."""
     if phase == "connect":
         if isinstance(exc, ConnectionRefusedError):
-            return "connect_refused"
-        return "connect_timeout" if isinstance(exc, TimeoutError) else "connect_error"
+            return outcomes.CONNECT_REFUSED
+        return outcomes.CONNECT_TIMEOUT if isinstance(exc, TimeoutError) else outcomes.CONNECT_ERROR
     if isinstance(exc, TimeoutError):
-        return "connect_timeout" if phase == "tls" else "read_timeout"
+        return outcomes.CONNECT_TIMEOUT if phase == "tls" else outcomes.READ_TIMEOUT
     if isinstance(exc, _RESET):  # before HTTPException: RemoteDisconnected is both
-        return "reset"
+        return outcomes.RESET
     if phase == "tls" or isinstance(exc, ssl.SSLError):
-        return "tls"
+        return outcomes.TLS
     if isinstance(exc, zlib.error | ValueError | http.client.HTTPException):
-        return "protocol"  # bad status line, too many headers, bad chunk size, bad gzip
-    return "reset"  # any other socket error ends the stream early
+        return outcomes.PROTOCOL  # bad status line, too many headers, bad chunk size, bad gzip
+    return outcomes.RESET  # any other socket error ends the stream early
 
 
 def _detail(exc: BaseException) -> str:
@@ -212,7 +215,7 @@ def _request_of(url: str) -> URL:
         host = f"[{host}]"  # an IPv6 literal, as it goes into the Host header
     port = port or DEFAULT_PORTS[scheme]
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return URL(url, scheme, host, port, target)
+    return URL(url, scheme, host, port, target, host_key(host))
 
 
 def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
@@ -304,21 +307,23 @@ class Fetcher:
         self._closed = False
 
     def fetch(self, url: str | URL, headers: tuple[tuple[str, str], ...] = (), *,
-              lease: Lease | None = None) -> FetchResult:
+              lease: Lease | None = None, address: str | None = None) -> FetchResult:
         """GET ``url`` (http/https): a string, or a URL parsed from a normalized one
         (:func:`crawler.web.urls.parse`), which is not split or checked again.
         ``headers`` are sent besides ours (a recrawl's If-None-Match, If-Modified-Since).
         ``lease``: where the body's bytes are counted before they are kept (it may
-        make the fetch wait). Raises DNSError (from ``resolve``), FetchError or
-        URLError; any HTTP status is a FetchResult. Thread-safe."""
+        make the fetch wait). ``address``: the host's IP as ``resolve`` gave it to the
+        caller already (then it is not asked again: the address checked is the one
+        connected). Raises DNSError (from ``resolve``), FetchError or URLError; any
+        HTTP status is a FetchResult. Thread-safe."""
         started, t0 = time.time(), time.monotonic()
         request = url if isinstance(url, URL) else None
         text = url.url if isinstance(url, URL) else url
         if self._closed:
-            raise FetchError(text, "aborted", "the fetcher is closed")
+            raise FetchError(text, outcomes.ABORTED, "the fetcher is closed")
         if request is None:
             request = _request_of(text)
-        ip = self._resolve(request.host.strip("[]"))
+        ip = address if address is not None else self._resolve(request.host.strip("[]"))
         w = self._dog.start(self._total)
         try:
             return self._exchange(text, request, ip, w, started, t0, headers, lease)
@@ -344,9 +349,9 @@ class Fetcher:
 
     def _fail(self, url: str, w: Watch, exc: BaseException, phase: str) -> FetchError:
         if w.aborted:
-            return FetchError(url, "aborted", "the fetcher was closed")
+            return FetchError(url, outcomes.ABORTED, "the fetcher was closed")
         if w.expired:
-            return FetchError(url, "total_timeout", f"over {self._total:g} s")
+            return FetchError(url, outcomes.TOTAL_TIMEOUT, f"over {self._total:g} s")
         return FetchError(url, _classify(exc, phase), _detail(exc))
 
     def _open(self, url: str, req: URL, origin: Origin, ip: str, w: Watch) -> Connection:
@@ -394,7 +399,7 @@ class Fetcher:
             except (http.client.HTTPException, OSError, ValueError) as exc:
                 self._discard(conn, w)
                 err = self._fail(url, w, exc, "response")
-                if attempt == 1 and reused and err.reason == "reset":
+                if attempt == 1 and reused and err.reason == outcomes.RESET:
                     log.debug("%s: kept-alive connection was closed, retrying once", url)
                     continue
                 raise err from exc
@@ -464,13 +469,13 @@ class Fetcher:
             wire += len(data)
             if wire > self._max_body:  # one byte over: there is more than the limit
                 data = data[: len(data) - (wire - self._max_body)]
-                wire, reason = self._max_body, "too_large"
+                wire, reason = self._max_body, outcomes.TOO_LARGE
             pieces = decoder.pieces(data, cap - size + 1) if decoder else (data,)
             for piece in pieces:
                 full = len(piece) > cap - size
                 if full:
                     piece = piece[: cap - size]
-                    reason = "decompression_bomb" if decoder else "too_large"
+                    reason = outcomes.DECOMPRESSION_BOMB if decoder else outcomes.TOO_LARGE
                 keep(len(piece) + len(piece) // 8)  # BytesIO grows by 1/8 over its size
                 out.write(piece)
                 size += len(piece)

@@ -48,7 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from ..run.status import CLASSES, outcome_class, outcome_key
+from .. import outcomes
+from ..outcomes import CLASSES, outcome_class, outcome_key
 from ..state.pages import NOFOLLOW, PageRecord
 from ..web.urls import host_key, host_of
 from . import _grouping, _spill
@@ -166,7 +167,7 @@ class _Scan:
         size = _size(page)
         self.bytes += size
         elapsed = page.elapsed if page.elapsed is not None else math.nan
-        blocked = page.reason == "robots_disallowed"
+        blocked = page.reason == outcomes.ROBOTS_DISALLOWED
         self._rows.append((host_key(host_of(page.url)), rid, elapsed, size, error, blocked))
         self._broken.append(page.status >= 400 or (page.status <= 0 and cls not in NOT_BROKEN))
         if page.status == 200 and page.body and not page.truncated:

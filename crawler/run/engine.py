@@ -5,10 +5,13 @@ Theory of operation
 The *feeder* (the main thread) claims random bulks from the frontier while the
 scheduler has room, and offers each URL to its host's wait list (a URL whose
 host list is full goes back to PendDB). *Workers* (``threads`` of them, small
-stacks) take the next URL whose host may be contacted, run it through the
-checks (per-host page limit, BadHosts, DNS, robots.txt: crawler.run.robotsgate),
-fetch it, turn the response into a page record and the links worth admitting
-(crawler.run.responses), and submit that Outcome. The *committer* writes
+stacks) take the next task whose host may be contacted and hand it the host's
+slot: a page of the frontier (crawler.run.pagework), a sitemap
+(crawler.run.sitemaps) or a rendering page's request (crawler.run.subfetch), each
+through the same gate before its request (BadHosts, DNS, robots.txt:
+crawler.run.gate) and the same vocabulary of outcomes (crawler.outcomes). A page
+becomes a page record and the links worth admitting (crawler.run.responses), an
+Outcome the frontier commits. The *committer* writes
 outcomes in the frontier's crash-safe order. With --render-js, a fetched HTML
 page of a rendered host is handed to the render pool instead (crawler.run.render),
 which submits its Outcome once the page is rendered; the requests the page
@@ -35,7 +38,7 @@ hostile web is tabled in docs/HOSTILE.md; in short:
 
 Memory: every URL fetched takes a lease on the shard's budget of bytes in flight
 (crawler.run.budget, ``memory_budget``): the fetcher counts the body as it arrives,
-link extraction each piece it parses, the engine the record it encodes; a worker
+link extraction each piece it parses, the page work the record it encodes; a worker
 that would pass the budget waits, the oldest lease never does. docs/HOSTILE.md has
 the numbers.
 
@@ -50,45 +53,40 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
+from .. import outcomes
 from ..config import CrawlerConfig, Scope
-from ..exceptions import CrawlerError, DataDirError, DiskFullError, DNSError, FetchError, URLError
+from ..exceptions import CrawlerError, DataDirError, DiskFullError, URLError
 from ..net.dnscache import DNSCache
-from ..net.fetch import READ_CHUNK, Fetcher, FetchResult, parse_retry_after
+from ..net.fetch import READ_CHUNK, Fetcher
 from ..state.badhosts import BadHosts
-from ..state.frontier import DISK_FULL_ERRNOS, Claimed, Frontier, Outcome
-from ..state.pages import PageRecord, Pending, encode_page
+from ..state.frontier import DISK_FULL_ERRNOS, Frontier
+from ..state.pages import Pending
 from ..state.shards import Router, ShardPlace
-from ..web.links import is_html, parse_bound
+from ..web.links import parse_bound
 from ..web.robots import product_token
-from ..web.urls import URL, normalize, parse
+from ..web.urls import normalize, parse
 from . import status as status_mod
-from .budget import BUDGET_QUANTUM, Lease, MemoryBudget, return_large_blocks
-from .politeness import HostSlot, Scheduler
-from .render import RenderJob, RenderPool
+from .budget import BUDGET_QUANTUM, MemoryBudget, return_large_blocks
+from .counters import Counters
+from .gate import Gate
+from .pagework import RECORD_SLACK, PageWork, Recorder
+from .politeness import Scheduler
+from .render import RenderPool
 from .responses import ResponseReader
 from .revisit import Revisits
-from .robotsgate import HOST_FAILURES, ROBOTS_FETCH_BYTES, ROBOTS_MAX_REDIRECTS, RobotsGate, Wait
-from .sitemaps import Sitemaps, SitemapTask
-from .subfetch import SubTask, render_subfetch
+from .robotsgate import ROBOTS_FETCH_BYTES, ROBOTS_MAX_REDIRECTS, RobotsGate
+from .sitemaps import Sitemaps
+from .subfetch import SubRequests, render_subfetch
 
-__all__ = ["ROBOTS_MAX_REDIRECTS", "Engine"]
+__all__ = ["ROBOTS_MAX_REDIRECTS", "Engine", "largest_lease"]
 
 log = logging.getLogger(__name__)
 
 # Bulks claimed per feeder pass (then the status line gets its turn).
 _FEED_BULKS = 64
-# Failures worth another try later (within the retry budget), after a host backoff.
-_TRANSIENT = {"read_timeout", "total_timeout", "reset", "protocol"}
-# How long a URL of a rendered host waits when the render pool is full.
-_RENDER_FULL_WAIT = 0.05
-# A page record's encoding holds its compressed body and the record (each at most
-# about the body) beside the body; this covers its header and link list besides.
-_RECORD_SLACK = 1 << 20
 
 
 def largest_lease(max_decoded_bytes: int) -> int:
@@ -97,27 +95,15 @@ def largest_lease(max_decoded_bytes: int) -> int:
     The default budget is twice this: the oldest lease can always finish, and as
     much again is shared by the others (crawler.run.budget)."""
     body = max_decoded_bytes + max_decoded_bytes // 8 + 2 * READ_CHUNK
-    record = 2 * max_decoded_bytes + _RECORD_SLACK
+    record = 2 * max_decoded_bytes + RECORD_SLACK
     return body + max(parse_bound(max_decoded_bytes), record) + BUDGET_QUANTUM
 
 
-class _Task(NamedTuple):
-    """What waits in the scheduler: a claimed URL and its parts, split once at claim."""
-
-    claimed: Claimed
-    url: URL
-
-
-@dataclass(frozen=True, slots=True)
-class _Result:
-    outcome: Outcome | None  # None: the URL went back to its host's wait list (unless handed)
-    not_before: float = 0.0  # monotonic time before which the host is not contacted again
-    contacted: bool = True  # False: decided without a request, the host owes no delay
-    handed: bool = False  # the task is someone else's now (the render pool, a subrequest)
-
-
 class Engine:
-    """One crawl over one data directory. ``run()`` blocks until done or stopped."""
+    """One crawl over one data directory. ``run()`` blocks until done or stopped.
+
+    It builds the crawl's parts and runs the threads; what a request goes through is
+    the gate's and the tasks' (see the module docstring)."""
 
     def __init__(self, config: CrawlerConfig, *, place: ShardPlace | None = None) -> None:
         self.config = config
@@ -148,6 +134,7 @@ class Engine:
         largest = largest_lease(config.max_decoded_bytes)
         self.budget = MemoryBudget(config.memory_budget or 2 * largest, largest)
         return_large_blocks()  # so that freed bodies leave the process (crawler.run.budget)
+        self.counters = Counters()
         self.fetcher = self._fetcher(config.max_body_bytes, config.max_decoded_bytes)
         self.robots_fetcher = self._fetcher(ROBOTS_FETCH_BYTES, ROBOTS_FETCH_BYTES)
         self.scheduler = Scheduler(
@@ -157,30 +144,40 @@ class Engine:
             max_waiting_per_host=config.max_waiting_per_host,
         )
         self.robots_gate = RobotsGate(
-            config, self.scheduler, self.robots_fetcher, count=self._count
+            config, self.scheduler, self.robots_fetcher, count=self.counters.count
         )
         self.robots = self.robots_gate.cache  # the parsed robots.txt of each host
         self.robots_store = self.robots_gate.store
-        self.sitemaps = Sitemaps(self) if config.sitemaps != "off" else None
-        self.stats_lock = threading.Lock()  # guards outcomes, fetched, bytes
-        self.outcomes: Counter[str] = Counter()
-        self.fetched = 0
-        self.bytes = 0
-        self.subrequests = 0  # requests made for pages rendering in the browser
+        self.gate = Gate(config, scheduler=self.scheduler, bad_hosts=self.bad_hosts,
+                         dns=self.dns, robots=self.robots_gate)
         self._stopping = threading.Event()
         self._limit_reached = threading.Event()
         self._workers: list[threading.Thread] = []
         self._workers_done = threading.Event()  # tells the committer to drain and stop
         self._finish = threading.Event()  # a shard: every shard is idle, the crawl is complete
         self.failure: CrawlerError | None = None  # why the crawl stopped on its own, if it did
+        self.sitemaps = Sitemaps(
+            config, scheduler=self.scheduler, gate=self.gate, frontier=self.frontier,
+            reader=self.reader, scope=self.scope, robots=self.robots, counters=self.counters,
+            stopping=self._stopping, fetcher=self._fetcher,
+        ) if config.sitemaps != "off" else None
+        record = Recorder(config, self.revisits, self.counters)
+        self.subrequests = SubRequests(self.scheduler, self.gate, self.fetcher, self.counters,
+                                       self._stopping, config.max_url_length)
         self.renderer = (
-            RenderPool(config, subfetch=render_subfetch(self), reader=self.reader,
-                       record=self._record, frontier=self.frontier)
+            RenderPool(config, subfetch=render_subfetch(self.subrequests), reader=self.reader,
+                       record=record, frontier=self.frontier)
             if config.rendering else None
+        )
+        self.pages = PageWork(
+            config, self.scheduler, self.gate, self.fetcher, self.frontier, self.reader,
+            self.revisits, self.counters, self.budget, record, self.sitemaps, self.renderer,
+            self.stop, self._limit_reached,
         )
         # Alone, the engine logs the status line; a shard's supervisor logs the crawl's.
         self.reporter = status_mod.Reporter(
-            self, interval=config.status_interval, log_line=self.place.count == 1
+            self.status_counts, data_dir=config.data_dir, interval=config.status_interval,
+            log_line=self.place.count == 1,
         )
 
     def _fetcher(self, max_body_bytes: int, max_decoded_bytes: int) -> Fetcher:
@@ -232,11 +229,8 @@ class Engine:
 
     @property
     def stopping_event(self) -> threading.Event:
+        """Set once the crawl stops (for threads that watch it)."""
         return self._stopping
-
-    def count_subrequest(self) -> None:
-        with self.stats_lock:
-            self.subrequests += 1
 
     @property
     def limit_reached(self) -> bool:
@@ -297,9 +291,8 @@ class Engine:
             self.scheduler.close()
             if self.renderer is not None:  # pages not rendered yet go back to PendDB
                 self.renderer.stop()
-            for item in self.scheduler.drain():  # their bulks stay live in PendDB
-                if isinstance(item, SubTask):
-                    item.answer("aborted")
+            for task in self.scheduler.drain():  # pages' bulks stay live in PendDB
+                task.drop()
             for t in self._workers:
                 t.join()
             self._workers_done.set()
@@ -341,10 +334,10 @@ class Engine:
                 try:
                     u = parse(c.entry.url)  # the only split of this URL's string
                 except URLError:
-                    self._submit(c, self._record(c, 0, "bad_url"))
+                    self.pages.submit(c, self.pages.record(c, 0, outcomes.BAD_URL))
                     taken = True
                     continue
-                if self.scheduler.offer(u.host, _Task(c, u)):
+                if self.scheduler.offer(u.host, self.pages.task(c, u)):
                     taken = True
                 else:
                     self.frontier.release(c)
@@ -383,193 +376,42 @@ class Engine:
     def _work_loop(self) -> None:
         while not self._stopping.is_set():
             item = self.scheduler.next()  # returns None once stop() closes the scheduler
-            if item is None:
-                continue
-            slot, task = item
-            if isinstance(task, (SubTask, SitemapTask)):
-                task.serve(self, slot)
-                continue
-            claimed = task.claimed
-            result = _Result(None)
-            try:
-                result = self._handle(slot, claimed, task.url)
-                if result.handed:
-                    pass
-                elif result.outcome is not None:
-                    self.frontier.submit(result.outcome)
-                else:
-                    self.scheduler.offer(slot.host, task, front=True)
-            except Exception:  # noqa: BLE001 - one bad page must not kill a worker
-                log.exception("unexpected error on %s", claimed.entry.url)
-                self._submit(claimed, self._record(claimed, 0, "internal_error"))
-            finally:
-                self.scheduler.release(
-                    slot, not_before=result.not_before, contacted=result.contacted
-                )
+            if item is not None:
+                slot, task = item
+                task.serve(slot)  # a page, a sitemap or a subrequest: each releases the slot
 
-    # -- one URL ----------------------------------------------------------------
+    # -- status -------------------------------------------------------------------
 
-    def _handle(self, slot: HostSlot, c: Claimed, u: URL) -> _Result:
-        cfg = self.config
-        limit = cfg.max_pages_per_host
-        if limit is not None and slot.fetches >= limit:  # checked again when reserving
-            return self._final(c, 0, "host_page_limit")
-        bad = self.bad_hosts.reason(u.host_key, time.time())
-        if bad is not None:
-            return self._final(c, 0, f"bad_host:{bad}")
-        try:
-            self.dns.resolve(u.host)
-            verdict = self.robots_gate.check(slot, u) if cfg.obey_robots else None
-            if isinstance(verdict, Wait):
-                return _Result(None, verdict.not_before, contacted=verdict.contacted)
-            if self.sitemaps is not None:  # the origin's robots.txt is known now
-                self.sitemaps.discover(u)
-            if verdict is not None:
-                return self._final(c, 0, verdict)
-        except DNSError as exc:
-            return self._dns_failure(c, u, exc)
-        except FetchError as exc:
-            return self._failure(slot, c, u, exc.reason)
-        render = self.renderer is not None and self.renderer.wants(u.host)
-        if render and not self.renderer.reserve():  # type: ignore[union-attr]
-            # A worker never waits on the browser: this host's URL waits, others go on.
-            return _Result(None, time.monotonic() + _RENDER_FULL_WAIT, contacted=False)
-        result = _Result(None, contacted=False)
-        try:
-            result = self._fetch(slot, c, u, render)
-        finally:
-            if render and not result.handed:
-                self.renderer.unreserve()  # type: ignore[union-attr]
-        return result
-
-    def _fetch(self, slot: HostSlot, c: Claimed, u: URL, render: bool) -> _Result:
-        lease = self.budget.lease()  # the body, its parse and its record count here
-        response: FetchResult | None = None
-        try:
-            try:
-                if not self.scheduler.reserve_fetch(slot, self.config.max_pages_per_host):
-                    return self._final(c, 0, "host_page_limit")
-                if not self._reserve_fetch():
-                    return _Result(None, contacted=False)
-                prior, validators = self.revisits.conditional(c.key)
-                response = self.fetcher.fetch(u, validators, lease=lease)
-            except DNSError as exc:
-                return self._dns_failure(c, u, exc)
-            except FetchError as exc:
-                return self._failure(slot, c, u, exc.reason)
-            with self.stats_lock:
-                self.bytes += response.wire_bytes
-            return self._response(slot, c, response, render, prior, lease)
-        finally:
-            response = None  # the body goes before its bytes are given back
-            lease.close()
-
-    def _dns_failure(self, c: Claimed, u: URL, exc: DNSError) -> _Result:
-        reason = "private_ip" if exc.kind == "private" else f"dns_{exc.kind}"
-        self._mark_bad(u, reason)
-        return self._final(c, 0, reason)
-
-    def _reserve_fetch(self) -> bool:
-        """Count a fetch against --max-pages; False (and stop) once the limit is reached."""
-        with self.stats_lock:
-            if self.config.max_pages is not None and self.fetched >= self.config.max_pages:
-                self._limit_reached.set()
-                self.stop()
-                return False
-            self.fetched += 1
-            return True
-
-    # -- outcomes -----------------------------------------------------------------
-
-    def _record(self, c: Claimed, status: int, reason: str, *,
-                prior: PageRecord | None = None, **fields: Any) -> bytes:
-        """A page record; ``prior``: the record a revisit set aside (for its interval)."""
-        key = status_mod.outcome_key(status, reason, fields.get("truncated", ""))
-        with self.stats_lock:
-            self.outcomes[key] += 1
-        if self.config.revisit_after:  # every outcome comes back (crawler.state.due)
-            fields["revisit_interval"] = self.revisits.interval(
-                self.config.revisit_after, c.key, status, reason, fields, prior)
-        page = PageRecord(
-            url=c.entry.url,
-            status=status,
-            fetched_at=time.time(),
-            depth=c.entry.depth,
-            reason=reason,
-            **fields,
-        )
-        return encode_page(page)
-
-    def _count(self, key: str) -> None:
-        with self.stats_lock:
-            self.outcomes[key] += 1
-
-    def _submit(self, c: Claimed, record: bytes) -> None:
-        self.frontier.submit(Outcome(c, record))
-
-    def _final(self, c: Claimed, status: int, reason: str) -> _Result:
-        """A failure recorded without a request to the host (it owes no delay)."""
-        return _Result(Outcome(c, self._record(c, status, reason)), contacted=False)
-
-    def _mark_bad(self, u: URL, reason: str) -> None:
-        retry_at = time.time() + self.config.bad_host_retry
-        self.bad_hosts.mark(u.host_key, u.host, reason, retry_at)
-
-    def _failure(self, slot: HostSlot, c: Claimed, u: URL, reason: str) -> _Result:
-        """A request that got no usable answer."""
-        if reason == "aborted":  # the crawl is stopping: not the URL's fault, try it next run
-            return _Result(Outcome(c, None, requeue=c.entry), contacted=False)
-        if reason in HOST_FAILURES:
-            self._mark_bad(u, reason)
-            return _Result(Outcome(c, self._record(c, 0, reason)))
-        cfg = self.config
-        wait = self.scheduler.host_failed(slot, cfg.backoff, cfg.max_retry_after)
-        if reason in _TRANSIENT and c.entry.attempts < cfg.max_retries:
-            return self._retry(c, reason, wait)
-        return _Result(Outcome(c, self._record(c, 0, reason)), time.monotonic() + wait)
-
-    def _retry(self, c: Claimed, reason: str, wait: float) -> _Result:
-        """Requeue the URL with one more attempt; its host waits ``wait`` seconds."""
-        self._count(f"retry:{reason}")
-        e = c.entry
-        again = Pending(e.url, e.depth, e.hops, e.attempts + 1)
-        return _Result(Outcome(c, None, requeue=again), time.monotonic() + wait)
-
-    def _response(self, slot: HostSlot, c: Claimed, r: FetchResult, render: bool,
-                  prior: PageRecord | None = None, lease: Lease | None = None) -> _Result:
-        cfg = self.config
-        e = c.entry
-        status = r.status
-        if status == 429 or 500 <= status < 600:
-            ra = None
-            if status in (429, 503):
-                ra = parse_retry_after(r.headers.get("retry-after", ""), time.time())
-            if ra is None:
-                wait = self.scheduler.host_failed(slot, cfg.backoff, cfg.max_retry_after)
-            else:  # the server said how long: that, not our backoff
-                wait = min(ra, cfg.max_retry_after)
-            if e.attempts < cfg.max_retries:
-                return self._retry(c, f"http_{status}", wait)
-            outcome = Outcome(c, self._record(c, status, "", prior=prior,
-                                              **self.reader.fields(r, "")))
-            return _Result(outcome, time.monotonic() + wait)
-        self.scheduler.host_ok(slot)
-        if prior is not None:  # a recrawl: an answer came, the record set aside is done with
-            self.revisits.forget(c.key)
-            if status == 304 and prior.status == 200:  # the stored body is still the page
-                fields = self.revisits.not_modified(prior, r)
-                return _Result(Outcome(c, self._record(c, 200, prior.reason, prior=prior,
-                                                       **fields)))
-        if render and status == 200 and r.body and is_html(r.headers.get("content-type"),
-                                                           r.body[:512]):
-            self.renderer.hand(RenderJob(c, r))  # type: ignore[union-attr]
-            return _Result(None, handed=True)
-        if lease is None:
-            reason, fields, links = self.reader.read(e, r)
-        else:
-            held = lease.needed  # the body as fetched
-            reason, fields, links = self.reader.read(e, r, reserve=lease.grow)
-            if fields["body"]:  # its encoding: compressed body and record beside the body
-                lease.hold(held + 2 * len(fields["body"]) + _RECORD_SLACK)
-        return _Result(Outcome(c, self._record(c, status, reason, prior=prior, **fields),
-                               links=links))
+    def status_counts(self) -> dict[str, Any]:
+        """The crawl's counts for a status snapshot (crawler.run.status). Thread-safe."""
+        counts = self.counters.snapshot()
+        frontier = self.frontier.counts()
+        outbox = self.frontier.outbox
+        out: dict[str, Any] = {
+            "shard": self.place.index,
+            "shards": self.place.count,
+            "outbox": outbox.urls() if outbox is not None else 0,
+            "fetched": counts.fetched,
+            "done": frontier["done"],
+            "pending": frontier["pending"],
+            "in_flight": frontier["in_flight"],
+            "waiting": self.scheduler.waiting,
+            "hosts": self.scheduler.hosts(),
+            "bad_hosts": len(self.bad_hosts),
+            # URLs a shorter path reached after they were admitted (--max-depth), and
+            # pages that could not be read again for it (stored without their body)
+            "depth_improved": self.frontier.depths.improved,
+            "depth_not_reread": self.reader.not_reread,
+            "outcomes": counts.outcomes,
+            "mb": round(counts.bytes / 1e6, 1),
+            "memory": self.budget.snapshot(),  # bytes in flight (docs/HOSTILE.md, "Memory")
+            "sitemaps": self.sitemaps.snapshot() if self.sitemaps is not None else {},
+        }
+        due = self.frontier.due
+        if due is not None:  # --revisit-after: re-queued this run, and waiting for their time
+            out.update(revisits=self.frontier.revisits, revisits_waiting=due.waiting)
+        if self.renderer is not None:
+            browser_rss = status_mod.tree_rss_bytes(self.renderer.browser.pid)
+            out.update(self.renderer.counts(), subrequests=counts.subrequests,
+                       browser_rss_mb=round(browser_rss / 1e6, 1))
+        return out

@@ -1,6 +1,6 @@
 """What each recorded outcome means to the user, and the flag or command that addresses it.
 
-A crawl counts its outcomes by key (crawler.run.status.outcome_key: a record's
+A crawl counts its outcomes by key (crawler.outcomes.outcome_key: a record's
 reason, else why its body was cut, else its HTTP status; ``retry:<why>`` for a
 try that will be repeated). :func:`explain` turns those counts into one line
 per *family*, most frequent first: a reason (``tls``, ``dns_nxdomain``...)
@@ -10,7 +10,7 @@ had marked bad, recorded without a request), or an HTTP class (``4xx``,
 line says what the outcome means and how to address it: a ``start`` option
 and the ``python -m crawler retry`` command that re-queues those records
 (crawler.state.retry), or that it is a limit or the site's wish, not a
-failure. The words for each reason are in ``HINTS``; docs/RETRY.md shows them.
+failure. The words for each reason are crawler.outcomes' ``HINTS``; docs/RETRY.md shows them.
 
 Pure: no I/O, safe from any thread.
 """
@@ -19,121 +19,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-BAD_HOST = "bad_host:"
+from ..outcomes import BAD_HOST, HINTS, REASONS, Hint
 
+__all__ = ["HINTS", "REASONS", "Hint", "explain", "family", "hint", "resume_flags",
+           "retry_command"]
 
-@dataclass(frozen=True, slots=True)
-class Hint:
-    """One family's words. ``fix``: what to do ("" if nothing); ``flag``: the ``start``
-    option that addresses it, for a resume command ("" if none); ``failure``: False
-    for a limit, the site's wish or an answer (not retried by a bare ``retry``);
-    ``retry``: whether ``retry`` is worth suggesting at all."""
-
-    meaning: str
-    fix: str = ""
-    flag: str = ""
-    failure: bool = True
-    retry: bool = True
-
-
-# Every reason a record can carry (and the truncations, which stand for a reason in the
-# counts), plus the HTTP error classes. crawler.cli.retry accepts prefixes of these.
-HINTS: dict[str, Hint] = {
-    "private_ip": Hint(
-        "the host resolved to a private, loopback or link-local address, which is not "
-        "fetched by default (a crawled page must not steer the crawler into your network)",
-        "add --allow-private-ips if you mean to crawl it", "--allow-private-ips"),
-    "tls": Hint(
-        "the HTTPS certificate could not be verified (unknown CA, wrong name, expired) or "
-        "the TLS handshake failed",
-        "if you trust the site's CA, give it with --ca-bundle FILE (PEM)", "--ca-bundle FILE"),
-    "dns_nxdomain": Hint(
-        "the host name does not exist in DNS",
-        "check the URL, or ask another resolver with --nameserver IP[:PORT]",
-        "--nameserver IP[:PORT]"),
-    "dns_nodata": Hint(
-        "the host name has no IPv4 address (IPv6-only hosts are not crawled)",
-        "check the name, or ask another resolver with --nameserver IP[:PORT]",
-        "--nameserver IP[:PORT]"),
-    "dns_servfail": Hint(
-        "the DNS server could not answer for the host",
-        "try again later, or ask another resolver with --nameserver IP[:PORT]",
-        "--nameserver IP[:PORT]"),
-    "dns_timeout": Hint(
-        "no DNS answer came within --dns-timeout",
-        "raise --dns-timeout S, or ask another resolver with --nameserver IP[:PORT]",
-        "--dns-timeout S"),
-    "dns_error": Hint(
-        "the lookup failed (a bad name, a broken answer, an unreachable resolver)",
-        "check the URL and the resolver (--nameserver IP[:PORT])", "--nameserver IP[:PORT]"),
-    "connect_refused": Hint(
-        "nothing accepted the connection on the host's port (the site is down, or the "
-        "port is wrong)",
-        "try again later"),
-    "connect_timeout": Hint(
-        "no connection (TCP, then TLS) within --connect-timeout",
-        "raise --connect-timeout S, or try again later", "--connect-timeout S"),
-    "connect_error": Hint(
-        "the connection failed (no route to the host, the network is down)",
-        "check the network, then try again"),
-    "read_timeout": Hint(
-        "the server went silent longer than --read-timeout in its answer, on every try",
-        "raise --read-timeout S", "--read-timeout S"),
-    "total_timeout": Hint(
-        "the fetch took longer than --timeout (connect to last byte), on every try",
-        "raise --timeout S", "--timeout S"),
-    "reset": Hint(
-        "the server closed or reset the connection before its answer was complete, on "
-        "every try",
-        "try again later"),
-    "protocol": Hint(
-        "the answer was not valid HTTP (status line, headers, chunking or gzip), on "
-        "every try",
-        "try again later (the server is at fault)"),
-    "robots_unavailable": Hint(
-        "robots.txt answered 5xx or 429, or nothing, so the host counted as disallowed "
-        "for now (RFC 9309)",
-        "try again later"),
-    "robots_disallowed": Hint(
-        "robots.txt forbids the URL: the site's wish, not a failure",
-        "--ignore-robots fetches it anyway: only on sites you own or may crawl so, as "
-        "ignoring robots.txt is impolite", "--ignore-robots", failure=False),
-    "host_page_limit": Hint(
-        "a limit, not a failure: the host had reached --max-pages-per-host in that run",
-        "raise --max-pages-per-host N (it counts per run)", "--max-pages-per-host N",
-        failure=False),
-    "redirect_limit": Hint(
-        "a limit, not a failure: more than --max-redirects redirects in a row (the last "
-        "one is recorded)",
-        "raise --max-redirects N", "--max-redirects N", failure=False),
-    "too_large": Hint(
-        "a limit, not a failure: the body was cut at --max-body-bytes (its first part "
-        "is stored)",
-        "raise --max-body-bytes SIZE", "--max-body-bytes SIZE", failure=False),
-    "decompression_bomb": Hint(
-        "a limit, not a failure: the decoded body was cut at --max-decoded-bytes (its "
-        "first part is stored)",
-        "raise --max-decoded-bytes SIZE", "--max-decoded-bytes SIZE", failure=False),
-    "not_html": Hint(
-        "not a failure: pages that are not HTML are recorded with their content type, "
-        "their bodies neither stored nor parsed", failure=False, retry=False),
-    "bad_url": Hint(
-        "a URL that could not be split into host and path for a request", retry=False),
-    "internal_error": Hint(
-        "a crawler bug (the log has its traceback)",
-        "please report it; retry once a fixed version is installed"),
-    "4xx": Hint(
-        "the server answered with a client error (404 not found, 403 forbidden, 410 "
-        "gone...)",
-        "usually final (a broken link); retry once the site is fixed"),
-    "5xx": Hint(
-        "the server answered with an error on every try",
-        "try again later, or allow more tries with --max-retries N", "--max-retries N"),
-}
-# Reasons a record can carry (HTTP classes aside): what --reason prefixes must match.
-REASONS: tuple[str, ...] = tuple(k for k in HINTS if not k[0].isdigit())
 _UNKNOWN = Hint("an outcome this version of the crawler does not describe",
                 "see the log and `python -m crawler pages DIR --status 0`", retry=False)
 

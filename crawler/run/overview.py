@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import CrawlerConfig
+from ..outcomes import by_class
+from ..state import statusfile
 from . import status as status_mod
 
 log = logging.getLogger(__name__)
@@ -73,14 +75,14 @@ class Overview:
         """The crawl's status: the shards' latest reports summed (earlier incarnations'
         fetches and outcomes included)."""
         reports = [s.report for s in self.shards if s.report is not None]
-        snap = status_mod.sum_snapshots(reports)
+        snap = statusfile.sum_snapshots(reports)
         snap["fetched"] += sum(s.fetched_before for s in self.shards)
         outcomes = dict(snap["outcomes"])
         for s in self.shards:
             for k, v in s.outcomes_before.items():
                 outcomes[k] = outcomes.get(k, 0) + v
         snap["outcomes"] = dict(sorted(outcomes.items()))
-        snap["classes"] = status_mod.by_class(outcomes)
+        snap["classes"] = by_class(outcomes)
         now = time.monotonic()
         snap["pages_per_s"] = round(
             (snap["fetched"] - self._last_fetched) / max(1e-9, now - self._last_status_t), 1
@@ -114,7 +116,7 @@ class Overview:
         elif not initial:
             status_mod.log_status(snap)
         try:
-            status_mod.write_status(self.data_dir, snap)
+            statusfile.write_status(self.data_dir, snap)
         except OSError as exc:
             log.warning("status.json not written: %s", exc)
 

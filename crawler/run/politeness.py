@@ -57,11 +57,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
-from kvstore import KeyIntMap, md5_key
+from kvstore import KeyIntMap
 
-__all__ = ["DEFAULT_MAX_SLOTS", "HostSlot", "Scheduler"]
+from ..web.urls import host_key
+
+__all__ = ["DEFAULT_MAX_SLOTS", "HostSlot", "Scheduler", "Task"]
 
 #: Host slots kept in memory before idle ones are evicted (read when a Scheduler is made).
 DEFAULT_MAX_SLOTS = 20_000
@@ -77,7 +79,7 @@ _FETCHES_MAX, _FAILURES_MAX, _ROBOTS_MAX = (1 << 32) - 1, (1 << 16) - 1, (1 << 1
 class HostSlot:
     host: str
     delay: float
-    queue: deque[Any] | None = None  # its waiting URLs; None while none wait
+    queue: deque[Task] | None = None  # its waiting tasks; None while none wait
     active: int = 0
     next_at: float = 0.0
     in_heap: bool = False
@@ -85,6 +87,24 @@ class HostSlot:
     fetches: int = 0  # page requests reserved this run (for max pages per host)
     failures: int = 0  # consecutive failed requests (timeouts, resets, 429/5xx): the backoff
     robots_failures: int = 0  # consecutive robots.txt fetches that gave no usable answer
+
+
+class Task(Protocol):
+    """What waits in a host's queue: one interface for every kind of request.
+
+    A worker that gets a host's slot hands it to the task, which makes its request
+    through the gate (crawler.run.gate) and releases the slot. Three kinds: a page
+    of the frontier (crawler.run.pagework), a sitemap (crawler.run.sitemaps) and a
+    request of a page rendering in the browser (crawler.run.subfetch). The engine's
+    workers run any of them the same way, never asking which."""
+
+    def serve(self, slot: HostSlot) -> None:
+        """Do the work on a worker that holds the host's ``slot``, then release the
+        slot (or hand the task back to its host's queue and release it). Never
+        raises: a failure is the task's own outcome."""
+
+    def drop(self) -> None:
+        """The crawl stops before the task ran: let go of what waits on it."""
 
 
 def _pack(s: HostSlot) -> int:
@@ -138,7 +158,7 @@ class Scheduler:
         s = self._slots.get(host)
         if s is None:
             s = self._slots[host] = HostSlot(host, self.delay)
-            packed = self._gone.pop(md5_key(host), None)
+            packed = self._gone.pop(host_key(host), None)
             if packed is not None:  # evicted before: its counters come back
                 s.fetches = packed & _FETCHES_MAX
                 s.failures = packed >> 32 & _FAILURES_MAX
@@ -168,7 +188,7 @@ class Scheduler:
                 self._idle.append(s)  # its delay is not over: politeness needs its time
                 continue
             del self._slots[s.host]
-            self._gone[md5_key(s.host)] = _pack(s)
+            self._gone[host_key(s.host)] = _pack(s)
             self.evictions += 1
 
     def _push(self, s: HostSlot) -> None:
@@ -181,7 +201,7 @@ class Scheduler:
     def has_room(self) -> bool:
         return self.waiting < self.max_waiting
 
-    def offer(self, host: str, item: Any, *, front: bool = False) -> bool:
+    def offer(self, host: str, item: Task, *, front: bool = False) -> bool:
         """Queue a URL for its host; False if the host's (or the global) wait list is full."""
         with self._cond:
             if not front and self.waiting >= self.max_waiting:
@@ -200,7 +220,7 @@ class Scheduler:
             self._push(s)
             return True
 
-    def next(self, timeout: float | None = None) -> tuple[HostSlot, Any] | None:
+    def next(self, timeout: float | None = None) -> tuple[HostSlot, Task] | None:
         """The next URL whose host may be contacted now; None after ``timeout``
         (``None``: wait until one is ready or ``close()``).
 
@@ -230,7 +250,7 @@ class Scheduler:
                 if timer:
                     self._timer_until = math.inf
 
-    def _pop_ready(self, now: float) -> tuple[HostSlot, Any] | None:
+    def _pop_ready(self, now: float) -> tuple[HostSlot, Task] | None:
         while self._heap:
             at, _, s = self._heap[0]
             if at != s.next_at and s.next_at > at:  # the host's time moved: re-file it
@@ -288,6 +308,11 @@ class Scheduler:
             s.robots_failures = s.robots_failures + 1 if failed else 0
             return s.robots_failures
 
+    def set_delay(self, s: HostSlot, delay: float) -> None:
+        """The host's delay between requests from now on (its robots.txt Crawl-delay)."""
+        with self._cond:
+            s.delay = delay
+
     def reserve_fetch(self, s: HostSlot, limit: int | None) -> bool:
         """Count one page request for the host; False (nothing counted) once ``limit``
         requests were reserved this run."""
@@ -297,7 +322,7 @@ class Scheduler:
             s.fetches += 1
             return True
 
-    def drain(self) -> list[Any]:
+    def drain(self) -> list[Task]:
         """Remove and return every waiting URL (at shutdown)."""
         with self._cond:
             items = [item for s in self._slots.values() if s.queue for item in s.queue]

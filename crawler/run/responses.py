@@ -14,6 +14,7 @@ import logging
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+from .. import outcomes
 from ..config import CrawlerConfig, Scope, stores_type
 from ..exceptions import URLError
 from ..net.fetch import FetchResult, content_type
@@ -60,7 +61,7 @@ class ResponseReader:
         graph = b""  # the page's links, kept in its record (the link graph)
         if 300 <= status < 400 and r.redirect:
             if e.hops + 1 > cfg.max_redirects:
-                reason = "redirect_limit"
+                reason = outcomes.REDIRECT_LIMIT
             else:
                 links = self.admissible([r.redirect], e.depth, e.hops + 1, normalized=False)
         elif status == 200:
@@ -98,11 +99,12 @@ class ResponseReader:
                 )
                 noindex = (page_noindex or tag_noindex) and cfg.obey_robots
                 nofollow = (page_nofollow or tag_nofollow) and cfg.obey_robots
-                graph = pack_links(follow, dont, page_nofollow=nofollow)
+                keys = [url_key(u) for u in follow]  # once: for the graph and for admission
+                graph = pack_links(follow, dont, page_nofollow=nofollow, follow_keys=keys)
                 if not nofollow and (cfg.max_depth is None or e.depth + 1 <= cfg.max_depth):
-                    links = self.admissible(follow, e.depth + 1, 0)
+                    links = self.admissible(follow, e.depth + 1, 0, keys=keys)
             else:
-                reason = "not_html"
+                reason = outcomes.NOT_HTML
                 if cfg.store_types and stores_type(cfg.store_types, content_type(r)[0]):
                     _, noindex = robots_directives(r.headers.get("x-robots-tag", ""), self._agent)
                     noindex = noindex and cfg.obey_robots
@@ -164,17 +166,21 @@ class ResponseReader:
         }
 
     def admissible(
-        self, urls: list[str], depth: int, hops: int, *, normalized: bool = True
+        self, urls: list[str], depth: int, hops: int, *, normalized: bool = True,
+        keys: list[bytes] | None = None,
     ) -> list[tuple[bytes, Pending]]:
         """The links worth submitting, keyed. ``extract()`` already returns
-        normalized URLs; a redirect's Location is normalized here."""
+        normalized URLs; a redirect's Location is normalized here. ``keys``: the
+        url_key of each of ``urls`` (normalized ones), if the caller made them."""
         if normalized and self.scope.everything:
             # tuple.__new__ skips the NamedTuple's Python-level __new__: a fifth of the
             # per-link cost here, on every link of every page (most are dropped as known)
             new = tuple.__new__
-            return [(url_key(u), new(Pending, (u, depth, hops, 0))) for u in urls]
+            if keys is None:
+                keys = [url_key(u) for u in urls]
+            return [(k, new(Pending, (u, depth, hops, 0))) for k, u in zip(keys, urls, strict=True)]
         out = []
-        for u in urls:
+        for j, u in enumerate(urls):
             try:
                 if not normalized:
                     u = normalize(u, max_length=self.config.max_url_length)
@@ -182,5 +188,6 @@ class ResponseReader:
             except URLError:
                 continue
             if self.scope.allows(u, host):
-                out.append((url_key(u), Pending(u, depth, hops)))
+                key = keys[j] if keys is not None and normalized else url_key(u)
+                out.append((key, Pending(u, depth, hops)))
         return out

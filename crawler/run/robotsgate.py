@@ -10,7 +10,8 @@ each answer to a robots.txt fetch means.
 
 The gate keeps no per-host state of its own: the rules are in the cache
 (LRU-bounded, crawler.run.robotscache) and on disk; it sets a host's
-Crawl-delay on its scheduler slot at every check, as the scheduler may have
+Crawl-delay on its scheduler slot at every check (Scheduler.set_delay, under the
+scheduler's lock), as the scheduler may have
 evicted the slot that had it (crawler.run.politeness).
 
 Thread-safety: every worker calls ``check`` at once; the cache lets only one
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import outcomes
 from ..config import CrawlerConfig
 from ..exceptions import FetchError
 from ..net.fetch import Fetcher
@@ -35,7 +37,7 @@ from .robotscache import RobotsCache
 ROBOTS_MAX_REDIRECTS = 5  # RFC 9309 §2.3.1.2 asks for at least five
 # Failures that say the host itself is unreachable: it goes to BadHosts (a certificate
 # is the host's, not the URL's). A robots.txt fetch failing so fails its URL the same way.
-HOST_FAILURES = frozenset({"connect_refused", "connect_timeout", "connect_error", "tls"})
+HOST_FAILURES = outcomes.HOST_FAILURES
 # robots.txt bytes fetched: one more than the parser reads, so it can tell a cut file
 # (and drop its cut last line) from one of exactly that size.
 ROBOTS_FETCH_BYTES = DEFAULT_MAX_ROBOTS_BYTES + 1
@@ -87,16 +89,22 @@ class RobotsGate:
         if rules.crawl_delay is not None:
             # Before every request, not only when the rules are read: the scheduler
             # evicts idle slots, and one made anew starts with the default delay.
-            slot.delay = max(cfg.delay, min(rules.crawl_delay, cfg.max_crawl_delay))
+            self._set_delay(slot, rules.crawl_delay)
         if rules.state == "disallow_all_for_now":
             if slot.robots_failures <= cfg.max_retries:
                 # The whole host waits for the next robots.txt try; its URLs stay in memory.
                 wait = max(0.0, (rules.retry_at or now) - now)
                 return Wait(time.monotonic() + wait, contacted=False)
-            return "robots_unavailable"
+            return outcomes.ROBOTS_UNAVAILABLE
         if not rules.can_fetch(u):
-            return "robots_disallowed"
+            return outcomes.ROBOTS_DISALLOWED
         return None
+
+    def _set_delay(self, slot: HostSlot, crawl_delay: float) -> None:
+        """The host's delay: its Crawl-delay, at least --delay, at most --max-crawl-delay
+        (set through the scheduler, under its lock, like every slot field)."""
+        cfg = self.config
+        self.scheduler.set_delay(slot, max(cfg.delay, min(crawl_delay, cfg.max_crawl_delay)))
 
     def _fetch_rules(self, slot: HostSlot, key: str, u: URL) -> Wait:
         """Fetch the host's robots.txt (the fetch claim is ours), cache and keep it."""
@@ -107,7 +115,7 @@ class RobotsGate:
             failed = status is None or status >= 500 or status == 429
             failures = self.scheduler.robots_outcome(slot, failed)
             if failed and failures <= cfg.max_retries:
-                self._count("retry:robots_unavailable")
+                self._count(outcomes.RETRY + outcomes.ROBOTS_UNAVAILABLE)
             retry = cfg.backoff * 2.0 ** min(max(failures - 1, 0), 60)
             rules = RobotsRules.from_response(
                 status,
@@ -125,7 +133,7 @@ class RobotsGate:
             else:
                 self.cache.finish_fetch(key, rules)
         if rules.crawl_delay is not None:
-            slot.delay = max(cfg.delay, min(rules.crawl_delay, cfg.max_crawl_delay))
+            self._set_delay(slot, rules.crawl_delay)
         return Wait()  # robots.txt was this visit's request; the URL waits its turn
 
     def _kept(self, key: str, now: float) -> RobotsRules | None:
@@ -150,7 +158,7 @@ class RobotsGate:
             try:
                 r = self.fetcher.fetch(url)
             except FetchError as exc:
-                if exc.reason in HOST_FAILURES or exc.reason == "aborted":
+                if exc.reason in HOST_FAILURES or exc.reason == outcomes.ABORTED:
                     raise  # the host itself cannot be reached: its URLs fail the same way
                 return None, None
             if r.redirect and 300 <= r.status < 400:

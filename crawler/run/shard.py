@@ -153,13 +153,12 @@ class ShardRunner:
 
     def final(self, complete: bool) -> dict[str, Any]:
         e = self.engine
-        with e.stats_lock:
-            outcomes = dict(e.outcomes)
+        counts = e.counters.snapshot()
         return {
             "complete": complete,
             "limit": e.limit_reached,
-            "fetched": e.fetched,
-            "outcomes": outcomes,
+            "fetched": counts.fetched,
+            "outcomes": counts.outcomes,
             "seconds": round(time.monotonic() - self.started, 1),
         }
 

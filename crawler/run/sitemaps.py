@@ -53,28 +53,32 @@ import logging
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urljoin
 
 from kvstore import KeySet, md5_key
 
-from ..exceptions import DataDirError, DNSError, FetchError, URLError
-from ..net.fetch import FetchResult, parse_retry_after
+from .. import outcomes
+from ..config import CrawlerConfig, Scope
+from ..exceptions import DataDirError, URLError
+from ..net.fetch import Fetcher, FetchResult
+from ..state.frontier import Frontier
 from ..state.sitemapstore import SitemapStore
 from ..web.sitemaps import MAX_SITEMAP_BYTES, SitemapEntry, parse_sitemap
 from ..web.urls import URL, normalize, parse
-from .politeness import HostSlot
+from .counters import Counters
+from .gate import Failed, Gate, Refused
+from .politeness import HostSlot, Scheduler
+from .responses import ResponseReader
+from .robotscache import RobotsCache
 from .robotsgate import Wait
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 log = logging.getLogger(__name__)
 
 MAX_SITEMAPS_PER_HOST = 64  # sitemaps read per origin in one crawl
 MAX_SITEMAP_NESTING = 2  # an index's children are level 1, theirs level 2; no deeper
 SITEMAP_DEPTH = 1  # the depth its URLs enter at: one link from the home page
-_TRANSIENT = frozenset({"read_timeout", "total_timeout", "reset", "protocol"})
 _LOOK = 0.1  # seconds between two looks at whether the crawl stops, while waiting
 
 
@@ -90,16 +94,22 @@ class _Walk:
 
 
 class Sitemaps:
-    """The sitemaps of one engine's crawl: discovery, the store, the counts."""
+    """The sitemaps of one crawl: discovery, the store, the counts. ``fetcher(max_body,
+    max_decoded)`` makes the crawl's kind of Fetcher with those limits."""
 
-    def __init__(self, engine: Engine) -> None:
-        cfg = engine.config
-        self.engine = engine
+    def __init__(self, config: CrawlerConfig, *, scheduler: Scheduler, gate: Gate,
+                 frontier: Frontier, reader: ResponseReader, scope: Scope,
+                 robots: RobotsCache, counters: Counters, stopping: threading.Event,
+                 fetcher: Callable[[int, int], Fetcher]) -> None:
+        cfg = config
+        self.config, self.scheduler, self.gate = config, scheduler, gate
+        self.frontier, self.reader, self.scope, self.robots = frontier, reader, scope, robots
+        self.counters, self.stopping = counters, stopping
         self.mode = cfg.sitemaps
         self.store = SitemapStore(cfg.data_dir)
         # The decoded limit is the smaller of ours and the protocol's 50 MB.
         self.max_bytes = min(cfg.max_decoded_bytes, MAX_SITEMAP_BYTES)
-        self.fetcher = engine._fetcher(cfg.max_body_bytes, self.max_bytes)
+        self.fetcher = fetcher(cfg.max_body_bytes, self.max_bytes)
         self._lock = threading.Lock()
         self._walks: dict[str, _Walk] = {}  # robots key -> its live walk
         self._walked = KeySet()  # md5 of the robots keys whose walk ended this run
@@ -122,9 +132,9 @@ class Sitemaps:
             self._walks[origin] = _Walk()
         try:
             candidates = []
-            cfg = self.engine.config
+            cfg = self.config
             if self.mode in ("all", "robots") and cfg.obey_robots:
-                rules = self.engine.robots.peek(origin)
+                rules = self.robots.peek(origin)
                 for value in rules.sitemaps if rules is not None else ():
                     candidates.append(urljoin(u.robots_url, value))
             if self.mode == "all":
@@ -154,14 +164,14 @@ class Sitemaps:
         """Queue sitemap ``url`` of ``site``'s origin, or, if a run recorded it, visit
         what it led to. Other origins, repeats and visits past the budget are dropped."""
         try:
-            s = parse(normalize(url, max_length=self.engine.config.max_url_length))
+            s = parse(normalize(url, max_length=self.config.max_url_length))
         except URLError:
             self.count("sitemap_bad_url")
             return
         if s.origin != site.origin:
             self.count("sitemap_off_origin")
             return
-        if not self.engine.scope.allows(s.url, s.host):  # --allow-regex, --deny-regex
+        if not self.scope.allows(s.url, s.host):  # --allow-regex, --deny-regex
             self.count("sitemap_out_of_scope")
             return
         with self._lock:
@@ -178,7 +188,7 @@ class Sitemaps:
         if record is None:
             with self._lock:
                 walk.held += 1  # until the task is done with (SitemapTask.serve)
-            self.engine.scheduler.offer(s.host, SitemapTask(s, level), front=True)
+            self.scheduler.offer(s.host, SitemapTask(self, s, level), front=True)
             return
         if record.get("redirect"):
             self.visit(site, record["redirect"], level)
@@ -202,96 +212,86 @@ class Sitemaps:
 class SitemapTask:
     """One sitemap waiting in its host's queue."""
 
-    __slots__ = ("url", "level", "attempts")
+    __slots__ = ("sitemaps", "url", "level", "attempts")
 
-    def __init__(self, url: URL, level: int) -> None:
+    def __init__(self, sitemaps: Sitemaps, url: URL, level: int) -> None:
+        self.sitemaps = sitemaps
         self.url = url
         self.level = level
         self.attempts = 0
 
-    def serve(self, engine: Engine, slot: HostSlot) -> None:
+    def drop(self) -> None:
+        pass  # not recorded: the next run reads it (its walk ends with this one)
+
+    def serve(self, slot: HostSlot) -> None:
         """Fetch and read the sitemap on a worker holding the host's ``slot``; free it."""
+        sitemaps = self.sitemaps
         wait: Wait | None = None
         contacted = False
         try:
-            wait, contacted = self.run(engine, slot)
+            wait, contacted = self.run(slot)
         except Exception:  # noqa: BLE001 - one bad sitemap must not kill a worker
             log.exception("unexpected error on sitemap %s", self.url.url)
         finally:
             if wait is not None:  # robots.txt pending, or a retry after a failure
-                engine.scheduler.offer(slot.host, self, front=True)
-            elif engine.sitemaps is not None:  # read or given up: its walk may end
-                engine.sitemaps.done(self.url.robots_key)
-            engine.scheduler.release(
+                sitemaps.scheduler.offer(slot.host, self, front=True)
+            else:  # read or given up: its walk may end
+                sitemaps.done(self.url.robots_key)
+            sitemaps.scheduler.release(
                 slot,
                 not_before=wait.not_before if wait is not None else 0.0,
                 contacted=contacted or (wait is not None and wait.contacted),
             )
 
-    def run(self, engine: Engine, slot: HostSlot) -> tuple[Wait | None, bool]:
+    def run(self, slot: HostSlot) -> tuple[Wait | None, bool]:
         """(a Wait if the task goes back to its host's queue, whether the host was contacted)."""
-        u, sitemaps, cfg = self.url, engine.sitemaps, engine.config
-        assert sitemaps is not None
-        if engine.bad_hosts.reason(u.host_key, time.time()) is not None:
-            sitemaps.count("sitemap_bad_host")  # not recorded: a later run may reach it
+        u, sitemaps = self.url, self.sitemaps
+        cfg = sitemaps.config
+        verdict = sitemaps.gate.check(slot, u)
+        if isinstance(verdict, Wait):
+            return verdict, False
+        if isinstance(verdict, Refused):  # not recorded: the host or robots.txt may change
+            sitemaps.count(f"sitemap_{_refusal(verdict.reason)}")
             return None, False
-        try:
-            engine.dns.resolve(u.host)
-            if cfg.obey_robots:
-                verdict = engine.robots_gate.check(slot, u)
-                if isinstance(verdict, Wait):
-                    return verdict, False
-                if verdict is not None:
-                    sitemaps.count(f"sitemap_{verdict}")  # not recorded: robots.txt may change
-                    return None, False
-            r = sitemaps.fetcher.fetch(u)
-        except DNSError:
-            sitemaps.count("sitemap_dns_failed")
-            return None, False
-        except FetchError as exc:
-            if exc.reason == "aborted":  # the crawl is stopping: read it next run
+        got = verdict if isinstance(verdict, Failed) else sitemaps.gate.fetch(
+            sitemaps.fetcher, u, verdict)
+        if isinstance(got, Failed):
+            if got.aborted:  # the crawl is stopping: read it next run
                 return None, False
-            if exc.reason in _TRANSIENT and self.attempts < cfg.max_retries:
-                return self._again(engine, slot, None), True
-            self._store(engine, status=0, reason=exc.reason)
+            if got.transient and self.attempts < cfg.max_retries:
+                return self._again(slot, None), True
+            self._store(status=0, reason=got.reason)
             return None, True
-        with engine.stats_lock:
-            engine.bytes += r.wire_bytes
-        if r.status == 429 or 500 <= r.status < 600:
+        sitemaps.counters.add_bytes(got.wire_bytes)
+        if got.status == 429 or 500 <= got.status < 600:
             if self.attempts < cfg.max_retries:
-                return self._again(engine, slot, r), True
-            self._store(engine, status=r.status)
+                return self._again(slot, got), True
+            self._store(status=got.status)
             return None, True
-        engine.scheduler.host_ok(slot)
-        self._read(engine, r)
+        sitemaps.scheduler.host_ok(slot)
+        self._read(got)
         return None, True
 
-    def _again(self, engine: Engine, slot: HostSlot, r: FetchResult | None) -> Wait:
+    def _again(self, slot: HostSlot, r: FetchResult | None) -> Wait:
         """Try once more after the host's backoff, or the Retry-After of a 429/503."""
-        cfg = engine.config
         self.attempts += 1
-        engine.sitemaps.count("sitemap_retry")  # type: ignore[union-attr]
-        ra = None
-        if r is not None and r.status in (429, 503):
-            ra = parse_retry_after(r.headers.get("retry-after", ""), time.time())
-        if ra is None:
-            wait = engine.scheduler.host_failed(slot, cfg.backoff, cfg.max_retry_after)
-        else:
-            wait = min(ra, cfg.max_retry_after)
+        gate = self.sitemaps.gate
+        self.sitemaps.count("sitemap_retry")
+        wait = gate.backoff(slot) if r is None else gate.answer_wait(slot, r)
         return Wait(time.monotonic() + wait)
 
-    def _read(self, engine: Engine, r: FetchResult) -> None:
+    def _read(self, r: FetchResult) -> None:
         """What an answer gives: URLs to the frontier, children and redirects visited."""
-        sitemaps, cfg = engine.sitemaps, engine.config
-        assert sitemaps is not None
+        sitemaps = self.sitemaps
+        cfg = sitemaps.config
         u = self.url
         if 300 <= r.status < 400:
             if r.redirect:
                 sitemaps.visit(u, r.redirect, self.level)
-            self._store(engine, status=r.status, redirect=r.redirect or "")
+            self._store(status=r.status, redirect=r.redirect or "")
             return
         if r.status != 200:
-            self._store(engine, status=r.status)
+            self._store(status=r.status)
             return
         sm = parse_sitemap(
             r.body, r.url, truncated=r.truncated, max_bytes=sitemaps.max_bytes,
@@ -303,14 +303,14 @@ class SitemapTask:
         children = [url for url, _ in found]
         entries = []
         if cfg.max_depth is None or SITEMAP_DEPTH <= cfg.max_depth:
-            entries = [p for _, p in engine.reader.admissible(urls, SITEMAP_DEPTH, 0)]
+            entries = [p for _, p in sitemaps.reader.admissible(urls, SITEMAP_DEPTH, 0)]
         if entries:
             try:
-                done = engine.frontier.receive(entries)
+                done = sitemaps.frontier.receive(entries)
             except DataDirError:  # the crawl is stopping: read it again next run
                 return
             while not done.wait(_LOOK):
-                if engine.stopping_event.is_set():
+                if sitemaps.stopping.is_set():
                     return
         if self.level < MAX_SITEMAP_NESTING:
             for child in children:
@@ -321,14 +321,13 @@ class SitemapTask:
         if sm.error:
             sitemaps.count(f"sitemap_{sm.error}")
         self._store(
-            engine, status=200, kind=sm.kind, error=sm.error, children=children,
+            status=200, kind=sm.kind, error=sm.error, children=children,
             urls=[list(entry) for entry in listed],
             admitted=len(entries), off_origin=off + off_children, dropped=sm.dropped,
         )
 
-    def _store(self, engine: Engine, *, status: int, **fields: Any) -> None:
-        sitemaps = engine.sitemaps
-        assert sitemaps is not None
+    def _store(self, *, status: int, **fields: Any) -> None:
+        sitemaps = self.sitemaps
         record: dict[str, Any] = {
             "url": self.url.url, "status": status, "reason": fields.pop("reason", ""),
             "fetched_at": time.time(), "level": self.level, "kind": "", "error": "",
@@ -338,6 +337,16 @@ class SitemapTask:
         record.update(fields)
         sitemaps.store.put(record)
         sitemaps.count("sitemaps_read")
+
+
+def _refusal(reason: str) -> str:
+    """The count a refused sitemap is kept under: ``sitemap_bad_host`` and
+    ``sitemap_dns_failed`` for every such reason, the robots.txt reason itself."""
+    if reason.startswith(outcomes.BAD_HOST):
+        return "bad_host"
+    if reason in outcomes.DNS_REASONS.values():
+        return "dns_failed"
+    return reason
 
 
 def _same_origin(

@@ -7,7 +7,8 @@ host in the scheduler and waits for the answer. A worker takes it like any
 URL of that host, so the request waits for the host's politeness slot and
 delay, and goes through BadHosts, DNS (no private address unless
 --allow-private-ips), robots.txt and the fetcher's limits. Its answer goes
-to the browser; it is not recorded in MainDB (it is not a page).
+to the browser; it is not recorded in MainDB (it is not a page). The checks and
+the meaning of each failure are the gate's (crawler.run.gate), as for a page.
 """
 
 from __future__ import annotations
@@ -16,28 +17,43 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, InvalidStateError
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from ..exceptions import DNSError, FetchError, URLError
+from .. import outcomes
+from ..exceptions import URLError
 from ..net.browser import Answer, SubFetch
+from ..net.fetch import Fetcher
 from ..web.urls import URL, normalize, parse
-from .politeness import HostSlot
+from .counters import Counters
+from .gate import Failed, Gate, Refused
+from .politeness import HostSlot, Scheduler
 from .robotsgate import Wait
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 log = logging.getLogger(__name__)
 
 _LOOK = 0.1  # seconds between two looks at whether the crawl stops, while waiting
 
 
+@dataclass(frozen=True)
+class SubRequests:
+    """What the requests of rendering pages use of the crawl."""
+
+    scheduler: Scheduler
+    gate: Gate
+    fetcher: Fetcher
+    counters: Counters
+    stopping: threading.Event
+    max_url_length: int
+
+
 class SubTask:
     """One request of a rendering page, waiting in its host's queue."""
 
-    __slots__ = ("url", "deadline", "future", "contacted")
+    __slots__ = ("work", "url", "deadline", "future", "contacted")
 
-    def __init__(self, url: URL, deadline: float) -> None:
+    def __init__(self, work: SubRequests, url: URL, deadline: float) -> None:
+        self.work = work
         self.url = url
         self.deadline = deadline  # monotonic: the page's render time limit
         self.future: Future[Answer | str] = Future()
@@ -49,78 +65,71 @@ class SubTask:
         except InvalidStateError:  # the tab stopped waiting for it
             pass
 
-    def serve(self, engine: Engine, slot: HostSlot) -> None:
+    def drop(self) -> None:
+        self.answer(outcomes.ABORTED)
+
+    def serve(self, slot: HostSlot) -> None:
         """Make the request on a worker holding the host's ``slot``, and free the slot."""
+        scheduler = self.work.scheduler
         wait = None
         try:
-            wait = self.run(engine, slot)
+            wait = self.run(slot)
         except Exception:  # noqa: BLE001 - one bad request must not kill a worker
             log.exception("unexpected error on subrequest %s", self.url.url)
-            self.answer("internal_error")
+            self.answer(outcomes.INTERNAL_ERROR)
         finally:
             if wait is not None:  # robots.txt of its host is being fetched: try again later
-                engine.scheduler.offer(slot.host, self, front=True)
-            engine.scheduler.release(
+                scheduler.offer(slot.host, self, front=True)
+            scheduler.release(
                 slot,
                 not_before=wait.not_before if wait is not None else 0.0,
                 contacted=wait.contacted if wait is not None else self.contacted,
             )
 
-    def run(self, engine: Engine, slot: HostSlot) -> Wait | None:
+    def run(self, slot: HostSlot) -> Wait | None:
         """Make the request on a worker; a Wait if it goes back to the host's queue."""
-        u = self.url
+        w, u = self.work, self.url
         if self.future.done():
             return None
         if time.monotonic() >= self.deadline:
-            self.answer("render_timeout")
+            self.answer(outcomes.RENDER_TIMEOUT)
             return None
-        bad = engine.bad_hosts.reason(u.host_key, time.time())
-        if bad is not None:
-            self.answer(f"bad_host:{bad}")
+        verdict = w.gate.check(slot, u)
+        if isinstance(verdict, Wait):
+            return verdict
+        if isinstance(verdict, Refused | Failed):
+            self.contacted = isinstance(verdict, Failed)
+            self.answer(verdict.reason)
             return None
-        try:
-            engine.dns.resolve(u.host)
-            if engine.config.obey_robots:
-                verdict = engine.robots_gate.check(slot, u)
-                if isinstance(verdict, Wait):
-                    return verdict
-                if verdict is not None:
-                    self.answer(verdict)
-                    return None
-            self.contacted = True
-            r = engine.fetcher.fetch(u)
-        except DNSError as exc:
-            self.answer("private_ip" if exc.kind == "private" else f"dns_{exc.kind}")
+        self.contacted = True
+        got = w.gate.fetch(w.fetcher, u, verdict)
+        if isinstance(got, Failed):
+            self.answer(got.reason)
             return None
-        except FetchError as exc:
-            self.answer(exc.reason)
-            return None
-        with engine.stats_lock:
-            engine.bytes += r.wire_bytes
-        engine.count_subrequest()
-        self.answer(Answer(r.status, dict(r.headers), r.body))
+        w.counters.subrequest(got.wire_bytes)
+        self.answer(Answer(got.status, dict(got.headers), got.body))
         return None
 
 
-def render_subfetch(engine: Engine) -> SubFetch:
-    """The browser's ``subfetch`` for ``engine``: queue, wait, answer."""
-    stopping: threading.Event = engine.stopping_event
+def render_subfetch(work: SubRequests) -> SubFetch:
+    """The browser's ``subfetch``: queue, wait, answer."""
+    stopping = work.stopping
 
     def subfetch(url: str, kind: str, deadline: float) -> Answer | str:
         try:
-            u = parse(normalize(url, max_length=engine.config.max_url_length))
+            u = parse(normalize(url, max_length=work.max_url_length))
         except URLError:
-            return "bad_url"
-        task = SubTask(u, deadline)
-        engine.scheduler.offer(u.host, task, front=True)
+            return outcomes.BAD_URL
+        task = SubTask(work, u, deadline)
+        work.scheduler.offer(u.host, task, front=True)
         while True:
             left = deadline - time.monotonic()
             if stopping.is_set():
                 task.future.cancel()
-                return "aborted"
+                return outcomes.ABORTED
             if left <= 0:
                 task.future.cancel()
-                return "render_timeout"
+                return outcomes.RENDER_TIMEOUT
             try:
                 got: Any = task.future.result(timeout=min(_LOOK, left))
             except TimeoutError:

@@ -69,7 +69,8 @@ _CHILD = "from crawler.run.shard import child_main; child_main()"
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # glibc gives each thread that allocates its own malloc arena, up to 8 a core, and an
 # arena keeps what its thread freed: a shard of many threads holds ~8 MB more resident
-# for it. Two arenas: ~17 MB less over a 2-shard crawl, within the rate's noise (README).
+# for it. Two arenas: ~17 MB less over a 2-shard crawl, within the rate's noise
+# (docs/PERFORMANCE.md).
 # A value the user set is kept.
 SHARD_MALLOC_ARENAS = "2"
 

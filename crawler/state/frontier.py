@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 
 import kvstore
 
+from ..config import DEFAULT_SYNC_INTERVAL
 from ..exceptions import DataDirError
 from ..web.urls import url_key
 from .admission import DEFAULT_RECENT_KEYS, DEFAULT_VECTOR_BATCH, Admission
@@ -89,7 +90,6 @@ log = logging.getLogger(__name__)
 DEFAULT_BULK_SIZE = 25
 # Seconds a bulk whose URLs were handed back (release) waits before it is claimed again.
 RELEASE_COOLDOWN = 0.5
-DEFAULT_SYNC_INTERVAL = 5.0
 # PendDB is compacted (on the syncer's thread) once its dead bytes pass this and twice its
 # live ones: claimed bulks leave tombstones and dead values behind, ~40 bytes a URL.
 PEND_COMPACT_BYTES = 32 << 20

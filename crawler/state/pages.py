@@ -114,11 +114,12 @@ _OPTIONAL_FIELDS = ("render", "revisit", "revisit_of", "revisit_interval")
 
 
 def pack_links(follow: Iterable[str], nofollow: Iterable[str] = (), *,
-               page_nofollow: bool = False) -> bytes:
+               page_nofollow: bool = False, follow_keys: list[bytes] | None = None) -> bytes:
     """The ``links`` of a record: normalized URLs to follow and ones marked
     nofollow (rel=nofollow); ``page_nofollow`` marks every link (the page said
-    nofollow). A URL is kept once (its first flag wins); callers pass unique URLs."""
-    keys = [url_key(u) for u in follow]
+    nofollow). A URL is kept once (its first flag wins); callers pass unique URLs.
+    ``follow_keys``: the url_key of each of ``follow``, if the caller has them."""
+    keys = [url_key(u) for u in follow] if follow_keys is None else list(follow_keys)
     n_follow = len(keys)
     keys += [url_key(u) for u in nofollow]
     if not keys:

@@ -67,6 +67,7 @@ import numpy as np
 
 import kvstore
 
+from .. import outcomes
 from ..exceptions import CrawlerError, DataDirError, URLError
 from ..web.urls import host_key, host_of, parse, url_key
 from .badhosts import BAD_HOSTS_NAME
@@ -84,14 +85,13 @@ DEFAULT_CHUNK = 10_000  # records re-queued per write round (three flushes, two 
 # Outcomes that are the crawler keeping its own rules (robots.txt said no, the per-run
 # page limit of a host): recorded at status 0 but not failures, so not retried unless
 # named with --reason.
-NOT_FAILURES = frozenset({"robots_disallowed", "host_page_limit"})
+NOT_FAILURES = frozenset({outcomes.ROBOTS_DISALLOWED, outcomes.HOST_PAGE_LIMIT})
 _STATUS = re.compile(r"^(?:0|[1-5][0-9][0-9]|[1-5]xx)$")
 
 
 def outcome_key(page: PageRecord) -> str:
-    """The key the crawl counted the record under (as crawler.run.status.outcome_key):
-    its reason, else why its body was cut, else its HTTP status."""
-    return page.reason or page.truncated or str(page.status)
+    """The key the crawl counted the record under (crawler.outcomes.outcome_key)."""
+    return outcomes.outcome_key(page.status, page.reason, page.truncated)
 
 
 def is_failure(page: PageRecord) -> bool:

@@ -32,11 +32,11 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from hashlib import md5
 from typing import TypeGuard
 
 from ..config import MAX_PROCESSES, MAX_SHARDS
 from ..exceptions import DataDirError, ShardCountError
+from ..web.urls import host_key, host_of_netloc, netloc_of
 
 SHARDS_NAME = "shards.json"
 SHARDS_FORMAT = 1
@@ -48,7 +48,7 @@ def owner(host: str, count: int) -> int:
     gives it)."""
     if count == 1:
         return 0
-    return int.from_bytes(md5(host.lower().encode("utf-8")).digest()[:8], "big") % count
+    return int.from_bytes(host_key(host)[:8], "big") % count
 
 
 def shard_dir(data_dir: str, index: int, count: int) -> str:
@@ -174,14 +174,10 @@ class Router:
         self._cache: dict[str, int] = {}
 
     def owner_of(self, url: str) -> int:
-        start = url.find("://") + 3
-        end = url.find("/", start)
-        netloc = url[start:] if end < 0 else url[start:end]
+        netloc = netloc_of(url)
         dest = self._cache.get(netloc)
         if dest is None:
-            bare = netloc.endswith("]") or ":" not in netloc  # no port (or an IPv6 literal)
-            host = netloc if bare else netloc.rpartition(":")[0]
-            dest = owner(host, self.place.count)
+            dest = owner(host_of_netloc(netloc), self.place.count)
             if len(self._cache) >= _ROUTER_CACHE:
                 self._cache = {}
             self._cache[netloc] = dest

@@ -84,6 +84,7 @@ from functools import lru_cache
 from hashlib import md5 as _md5
 from typing import NamedTuple
 
+from ..config import DEFAULT_MAX_URL_LENGTH
 from ..exceptions import URLError
 from ._hosts import Bad, parse_host, parse_ipv6
 
@@ -93,16 +94,14 @@ __all__ = [
     "URL",
     "host_key",
     "host_of",
+    "host_of_netloc",
+    "netloc_of",
     "normalize",
     "origin",
     "parse",
     "url_key",
 ]
 
-# 2,083 characters: the old Internet Explorer limit that sites were built
-# around (Scrapy's URLLENGTH_LIMIT too). Anything longer is almost always a
-# session-id or calendar trap.
-DEFAULT_MAX_URL_LENGTH = 2083
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _SCHEMES = {scheme: scheme for scheme in DEFAULT_PORTS}
 # Raw input longer than this many times max_length is refused before any
@@ -378,12 +377,34 @@ def host_key(host: str) -> bytes:
     return _md5(host.lower().encode("utf-8")).digest()  # kvstore.md5_key, without kvstore
 
 
-def _netloc(url: str) -> tuple[str, str]:
+def _split(url: str) -> tuple[str, str, int]:
+    """(scheme, netloc, where the path starts) of a *normalized* URL: the one place
+    that slices a URL's authority out (parse, origin, host_of)."""
     start = url.find("://")
     if start <= 0:
         raise URLError(url, "relative")
     end = url.find("/", start + 3)
-    return url[:start], url[start + 3 :] if end < 0 else url[start + 3 : end]
+    end = len(url) if end < 0 else end
+    return url[:start], url[start + 3 : end], end
+
+
+def _host_port(scheme: str, netloc: str) -> tuple[str, int | str]:
+    """(host, port) of a netloc; the port a string if written (the caller converts it),
+    else the scheme's default. IPv6 literals keep their brackets."""
+    if netloc.endswith("]") or ":" not in netloc:
+        return netloc, DEFAULT_PORTS.get(scheme, 0)
+    host, _, port = netloc.rpartition(":")
+    return host, port
+
+
+def netloc_of(url: str) -> str:
+    """``host[:port]`` of a *normalized* URL, as written in it."""
+    return _split(url)[1]
+
+
+def host_of_netloc(netloc: str) -> str:
+    """The host of a ``host[:port]`` (an IPv6 literal keeps its brackets)."""
+    return netloc if netloc.endswith("]") or ":" not in netloc else netloc.rpartition(":")[0]
 
 
 def origin(url: str) -> tuple[str, str, int]:
@@ -392,19 +413,15 @@ def origin(url: str) -> tuple[str, str, int]:
     The host is as written in the URL (IPv6 literals keep their brackets), so
     ``f"{scheme}://{host}:{port}"`` rebuilds a valid origin.
     """
-    scheme, netloc = _netloc(url)
-    if netloc.endswith("]") or ":" not in netloc:
-        return scheme, netloc, DEFAULT_PORTS.get(scheme, 0)
-    host, _, port = netloc.rpartition(":")
+    scheme, netloc, _ = _split(url)
+    host, port = _host_port(scheme, netloc)
     return scheme, host, int(port)
 
 
 def host_of(url: str) -> str:
     """The host of a *normalized* URL (lowercase ASCII; IPv6 literals with brackets)."""
-    netloc = _netloc(url)[1]
-    if netloc.endswith("]") or ":" not in netloc:
-        return netloc
-    return netloc.rpartition(":")[0]
+    scheme, netloc, _ = _split(url)
+    return _host_port(scheme, netloc)[0]
 
 
 class URL(NamedTuple):
@@ -423,6 +440,7 @@ class URL(NamedTuple):
     host: str  # lowercase ASCII; an IPv6 literal keeps its brackets (what host_of gives)
     port: int  # always filled in: the URL's, else the scheme's default
     target: str  # path and query: the request target, and what robots.txt rules match
+    host_key: bytes  # host_key(host), hashed once here: BadHosts' key
 
     @property
     def origin(self) -> tuple[str, str, int]:
@@ -435,11 +453,6 @@ class URL(NamedTuple):
         if self.port == DEFAULT_PORTS.get(self.scheme):
             return self.host
         return f"{self.host}:{self.port}"
-
-    @property
-    def host_key(self) -> bytes:
-        """The Host2IP / BadHosts key of the host (:func:`host_key`)."""
-        return host_key(self.host)
 
     @property
     def robots_key(self) -> str:
@@ -459,20 +472,11 @@ def parse(url: str) -> URL:
     ``scheme://`` raises URLError (reason ``relative``), a port that is not a
     number URLError (reason ``port``). Thread-safe.
     """
-    start = url.find("://")
-    if start <= 0:
-        raise URLError(url, "relative")
-    scheme = url[:start]
+    scheme, netloc, end = _split(url)
     scheme = _SCHEMES.get(scheme, scheme)  # one shared string, not one per waiting URL
-    slash = url.find("/", start + 3)
-    if slash < 0:  # not normalize's output, which always has a path
-        netloc, target = url[start + 3 :], "/"
-    else:
-        netloc, target = url[start + 3 : slash], url[slash:]
-    if netloc.endswith("]") or ":" not in netloc:
-        return URL(url, scheme, netloc, DEFAULT_PORTS.get(scheme, 0), target)
-    host, _, port = netloc.rpartition(":")
+    target = url[end:] or "/"  # "/": not normalize's output, which always has a path
+    host, port = _host_port(scheme, netloc)
     try:
-        return URL(url, scheme, host, int(port), target)
+        return URL(url, scheme, host, int(port), target, host_key(host))
     except ValueError:
         raise URLError(url, "port") from None

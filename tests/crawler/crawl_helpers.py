@@ -126,7 +126,7 @@ def record(data_dir: Path, url: str) -> PageRecord:
 
 def status_json(data_dir: Path) -> dict[str, Any]:
     """The status.json a crawl left in its data directory."""
-    from crawler.run.status import read_status
+    from crawler.state.statusfile import read_status
 
     snap = read_status(str(data_dir))
     assert snap is not None, f"no status.json in {data_dir}"

@@ -218,7 +218,7 @@ def serve_all(engine: Engine) -> int:
     while (got := engine.scheduler.next(timeout=0.5)) is not None:
         slot, task = got
         assert isinstance(task, SitemapTask)
-        task.serve(engine, slot)
+        task.serve(slot)
         n += 1
     return n
 

@@ -3,9 +3,10 @@
 Every module of crawler/ is parsed (ast, nothing is imported) and each import
 of a crawler module, wherever it is (top level, inside a function, under
 TYPE_CHECKING), is checked: a module of a layer may import its own layer, the
-layers below it, and the shared top-level ``config`` and ``exceptions``,
-which import nothing above them. The web layer is pure: it imports nothing
-that does I/O.
+layers below it, and the shared top-level ``config``, ``exceptions`` and
+``outcomes`` (the vocabulary), which import nothing above them. ``read`` and
+``run`` are siblings on ``state``: neither imports the other. The web layer is
+pure: it imports nothing that does I/O.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import crawler
 
 # Lowest first: a layer may import the ones before it.
 LAYERS = ("web", "net", "state", "run", "read", "cli")
-SHARED = ("config", "exceptions")
+SHARED = ("config", "exceptions", "outcomes")
+# Siblings: layers that stand on the same ones and must not import each other.
+SIBLINGS = {"read": "run"}
 TOP = ("__init__", "__main__")  # the package itself; __main__ sits on top of everything
 # What the pure web layer must not import: sockets, files, threads, stores.
 IMPURE = ("socket", "ssl", "http", "urllib.request", "threading", "os", "kvstore", "dns",
@@ -78,7 +81,8 @@ def allowed(layer: str) -> set[str]:
         return {"shared"}
     if layer == "top":
         return {*LAYERS, "shared", "top"}
-    return {*LAYERS[: LAYERS.index(layer) + 1], "shared"}
+    below = {*LAYERS[: LAYERS.index(layer) + 1], "shared"}
+    return below - {SIBLINGS[layer]} if layer in SIBLINGS else below
 
 
 def violations(source: str, name: str, *, is_package: bool = False) -> list[str]:
@@ -140,6 +144,12 @@ class TestTheCheckItself:
         assert found == [
             "crawler.state.frontier (state) imports crawler.run (run): an upward import"
         ]
+
+    def test_read_and_run_are_siblings(self) -> None:
+        assert violations("from ..run.status import read_status\n", "crawler.read.report")
+        assert violations("from ..read.listing import CrawlReader\n", "crawler.run.engine")
+        assert violations("from ..state.statusfile import read_status\n",
+                          "crawler.read.report") == []
 
     def test_shared_modules_import_no_layer(self) -> None:
         assert violations("from .web.urls import normalize\n", "crawler.config")

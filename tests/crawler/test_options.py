@@ -32,7 +32,7 @@ from crawl_helpers import (
     wait_for,
 )
 
-from crawler.run.status import read_status
+from crawler.state.statusfile import read_status
 from tools.testweb import TestWeb, fault
 
 MakeWeb = Callable[..., TestWeb]

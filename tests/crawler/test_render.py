@@ -237,8 +237,8 @@ def test_scripts_cannot_reach_private_addresses(make_testweb: MakeWeb, tmp_path:
 
     def subfetch(url: str, kind: str, deadline: float) -> Answer | str:
         u = parse(normalize(url))
-        task = SubTask(u, deadline)
-        assert task.run(engine, engine.scheduler.slot(u.host)) is None
+        task = SubTask(engine.subrequests, u, deadline)
+        assert task.run(engine.scheduler.slot(u.host)) is None
         return task.future.result(timeout=0)  # type: ignore[no-any-return]
 
     browser = Browser(memory_mb=64)

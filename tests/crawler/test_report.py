@@ -26,13 +26,13 @@ import pytest
 from crawl_helpers import REPO, config_for, run_crawl
 
 from crawler.cli import main
+from crawler.outcomes import outcome_class, outcome_key
 from crawler.read import _grouping as grouping
 from crawler.read import report as report_mod
 from crawler.read.listing import CrawlReader
 from crawler.read.report import ERROR_CLASSES, TimeBins
 from crawler.read.serve import ReportServer
 from crawler.run.engine import Engine
-from crawler.run.status import outcome_class, outcome_key
 from crawler.state.pages import PageRecord
 from crawler.web.urls import host_of
 from tools.testweb import SiteConfig, TestWeb, fault

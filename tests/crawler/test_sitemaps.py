@@ -32,8 +32,12 @@ from tools.testweb.graph import SiteConfig
 REPO = Path(__file__).resolve().parents[2]
 
 
-def sitemap_web() -> TestWeb:
-    return TestWeb(SiteConfig(hosts=3, pages=30, seed=11), faults=[fault("sitemaps")]).start()
+def sitemap_web(crawl_delay: float = 0.0) -> TestWeb:
+    """The sitemap site. Its robots.txt Crawl-delay is 0 unless a test needs a crawl that
+    lasts: a 1 s delay on h1.test made each crawl ~7 s and proves nothing about sitemaps
+    (test_crawl.py and test_options.py hold the crawler to a Crawl-delay)."""
+    config = SiteConfig(hosts=3, pages=30, seed=11, crawl_delay=crawl_delay)
+    return TestWeb(config, faults=[fault("sitemaps")]).start()
 
 
 def fetched(data: Path) -> set[str]:
@@ -184,12 +188,12 @@ def test_a_sitemap_is_recorded_only_after_its_urls_are_durable(tmp_path: Path) -
         engine = Engine(config_for(web, tmp_path / "c"))
         url = parse(web.site.url("h0.test", "/sitemap.xml"))
         engine.frontier.close()  # Frontier.receive refuses from now on
-        engine.scheduler.offer(url.host, SitemapTask(url, 0), front=True)
+        engine.scheduler.offer(url.host, SitemapTask(engine.sitemaps, url, 0), front=True)
         for _ in range(3):  # robots.txt first (the task waits for it), then the sitemap
             got = engine.scheduler.next(timeout=5)
             assert got is not None
             slot, task = got
-            task.serve(engine, slot)
+            task.serve(slot)
             if url.url in web.log.urls():
                 break
         assert url.url in web.log.urls(), "the sitemap was fetched"
@@ -208,7 +212,7 @@ def test_a_sitemap_is_recorded_only_after_its_urls_are_durable(tmp_path: Path) -
 def test_kill9_while_reading_sitemaps_then_resume(tmp_path: Path) -> None:
     """A kill -9 once sitemaps are being read, then a resume: the final set is the
     oracle's, and a sitemap recorded before the kill is not requested again."""
-    web = sitemap_web()
+    web = sitemap_web(crawl_delay=1.0)  # h1.test's pages keep the crawl going past the kill
     data = tmp_path / "c"
     try:
         args = cli_args(web, data, "--threads", "4", "--delay", "0.02")

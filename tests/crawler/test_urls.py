@@ -21,6 +21,8 @@ from crawler.web.urls import (
     URL,
     host_key,
     host_of,
+    host_of_netloc,
+    netloc_of,
     normalize,
     origin,
     parse,
@@ -321,6 +323,15 @@ class TestKeysAndOrigin:
             host_of("e.com/x")
 
 
+@pytest.mark.parametrize("url", ["http://e.com/x", "https://E.com:8080/", "http://[::1]:81/a",
+                                 "http://[2001:db8::1]/", "http://127.0.0.1:9/"])
+def test_one_split_of_the_authority_everywhere(url: str) -> None:
+    """Router, parse, origin and host_of cut the same host out of a URL."""
+    u = parse(url)
+    assert netloc_of(url) == u.netloc or netloc_of(url).endswith(f":{u.port}")
+    assert host_of_netloc(netloc_of(url)) == host_of(url) == u.host == origin(url)[1]
+
+
 class TestParse:
     """parse(): a normalized URL split once; its parts are what every step used to re-split."""
 
@@ -334,7 +345,7 @@ class TestParse:
     ])
     def test_parts(self, url: str, want: tuple[str, str, int, str], netloc: str) -> None:
         u = parse(url)
-        assert u == URL(url, *want)
+        assert u == URL(url, *want, host_key(want[1]))
         assert u.origin == origin(url) == want[:3]
         assert u.netloc == netloc
         assert u.host_key == host_key(want[1])
