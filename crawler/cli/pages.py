@@ -12,9 +12,9 @@ from typing import Any
 from ..config import MAX_COUNT
 from ..exceptions import CrawlerError, URLError
 from ..read.display import printable, printable_json
-from ..read.export import page_object, rank_fields
 from ..read.linkgraph import inlink_counts
 from ..read.listing import CrawlReader, describe, host_filter, matches, page_line
+from ..read.pagejson import page_object, rank_fields
 from ..read.rankstore import Rank, RankStore
 from ..state.pages import PageRecord
 from ..web.urls import normalize, url_key

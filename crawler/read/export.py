@@ -21,10 +21,8 @@ completed split files included (each removal logged), so no output of a
 failed export can be taken for a whole one. Only JSON lines already written
 to a stream (stdout) cannot be taken back.
 
-JSON lines: one object per page record, the record's fields as stored
-(:func:`page_object`), its link graph (:func:`graph_fields`: the fetch's
-``elapsed`` and every stored link, followed ones first, then nofollow ones)
-and its PageRank (:func:`rank_fields`).
+JSON lines: one object per page record, in the shape crawler.read.pagejson
+gives it (the record's fields, its link graph, its PageRank).
 
 Thread safety: sinks and ``export`` are for one thread.
 """
@@ -37,23 +35,23 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
 from ..config import DEFAULT_USER_AGENT
 from ..exceptions import ConfigError
-from ..state.pages import NOFOLLOW, PageRecord
+from ..state.pages import PageRecord
 from ..web.urls import url_key
 from ._outfile import create, discard, drop, naming, publish
 from .display import printable_json
 from .linkgraph import Resolver
-from .listing import DEFAULT_MAX_TEXT_CHARS, CrawlReader, iso_time, visible_text
-from .rankstore import Rank, RankStore
+from .listing import DEFAULT_MAX_TEXT_CHARS, CrawlReader
+from .pagejson import graph_fields, page_object, rank_fields
+from .rankstore import RankStore
 from .wacz import WaczSink
 from .warc import WarcSink, payload_digest, request_headers, response_headers, split_name
 
-__all__ = ["ExportStats", "JsonlSink", "WaczSink", "WarcSink", "export", "graph_fields",
-           "page_object", "payload_digest", "rank_fields", "request_headers",
-           "response_headers", "split_name"]
+__all__ = ["ExportStats", "JsonlSink", "WaczSink", "WarcSink", "export", "payload_digest",
+           "request_headers", "response_headers", "split_name"]
 
 log = logging.getLogger(__name__)
 
@@ -95,44 +93,6 @@ class ExportStats:
         if self.skipped:
             out += f"; {self.skipped} damaged record(s) skipped"
         return out
-
-
-# -- pure: what goes into a JSON line -----------------------------------------------------------
-
-
-def page_object(page: PageRecord, *, text: bool = False,
-                text_limit: int = DEFAULT_MAX_TEXT_CHARS) -> dict[str, Any]:
-    """One JSONL object: the record's fields as stored, the fetch time in ISO 8601 UTC."""
-    obj: dict[str, Any] = {
-        "url": page.url, "final_url": page.final_url, "status": page.status,
-        "reason": page.reason, "content_type": page.content_type,
-        "fetched_at": iso_time(page.fetched_at), "ip": page.ip, "depth": page.depth,
-        "outlinks": page.outlinks, "truncated": page.truncated, "noindex": page.noindex,
-        "redirect": page.redirect, "size": len(page.body),
-        "render": page.render, "dom_size": len(page.dom), "revisit": page.revisit,
-    }
-    if text:
-        obj["text"] = visible_text(page, limit=text_limit)
-    return obj
-
-
-def graph_fields(page: PageRecord, resolver: Resolver | None) -> dict[str, Any]:
-    """The JSONL fields of the link graph: the fetch time and every stored link, as
-    ``{"url": ..., "nofollow": ...}`` (``{"key": HEX, ...}`` for a URL the crawl never
-    recorded; keys only when there is no resolver)."""
-    if resolver is not None:
-        links = resolver.links(page)
-    else:
-        links = [{"key": k.hex(), "nofollow": bool(f & NOFOLLOW)} for k, f in page.link_list()]
-    return {"elapsed": page.elapsed, "links": links}
-
-
-def rank_fields(rank: Rank | None) -> dict[str, Any]:
-    """The JSONL fields of a page's PageRank (None when the crawl has no rank for it)."""
-    if rank is None:
-        return {"rank": None, "rank_scaled": None}
-    return {"rank": rank.raw, "rank_scaled": round(rank.scaled, 4)}
-
 
 
 # -- sinks ------------------------------------------------------------------------------------
