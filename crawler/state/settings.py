@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from ..exceptions import DataDirError
+from .jsonfile import read_json
 
 SETTINGS_NAME = "settings.json"
 SETTINGS_FORMAT = 1
@@ -35,15 +36,9 @@ def load_settings(data_dir: str) -> dict[str, Any] | None:
     are the caller's to check (crawler.cli.startopts.check_saved)."""
     path = settings_path(data_dir)
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+        doc = read_json(path, "a crawl settings file", "fix or delete it")
     except FileNotFoundError:
         return None
-    except RecursionError:
-        raise DataDirError(f"{path}: not a crawl settings file (nested too deeply): "
-                           "fix or delete it") from None
-    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
-        raise DataDirError(f"{path}: unreadable settings ({exc}): fix or delete the file") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("settings"), dict):
         raise DataDirError(f"{path}: not a crawl settings file: fix or delete it")
     if type(doc.get("format")) is not int or doc["format"] != SETTINGS_FORMAT:

@@ -37,6 +37,7 @@ from typing import TypeGuard
 from ..config import MAX_PROCESSES, MAX_SHARDS
 from ..exceptions import DataDirError, ShardCountError
 from ..web.urls import host_key, host_of_netloc, netloc_of
+from .jsonfile import read_json
 
 SHARDS_NAME = "shards.json"
 SHARDS_FORMAT = 1
@@ -66,14 +67,9 @@ def read_count(data_dir: str) -> int | None:
     is unreadable or not a shard layout this crawler reads."""
     path = os.path.join(data_dir, SHARDS_NAME)
     try:
-        with open(path, encoding="utf-8") as f:
-            info = json.load(f)
+        info = read_json(path, "a shard layout")
     except FileNotFoundError:
         return 1 if os.path.isdir(os.path.join(data_dir, "main")) else None
-    except RecursionError:
-        raise DataDirError(f"{path}: not a shard layout (nested too deeply)") from None
-    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
-        raise DataDirError(f"{path}: unreadable: {exc}") from None
     if not isinstance(info, dict):
         raise DataDirError(f"{path}: not a shard layout (a JSON {type(info).__name__})")
     fmt = info.get("format", 0)  # no format: written before formats were

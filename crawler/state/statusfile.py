@@ -18,6 +18,7 @@ from typing import Any
 
 from ..exceptions import DataDirError
 from ..outcomes import by_class
+from .jsonfile import read_json
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +94,9 @@ def read_status(data_dir: str) -> dict[str, Any] | None:
     path = os.path.join(data_dir, STATUS_NAME)
     fix = "delete it (the next run writes it again)"
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = read_json(path, "a status snapshot", fix)
     except FileNotFoundError:
         return None
-    except RecursionError:
-        raise DataDirError(f"{path}: not a status snapshot (nested too deeply): {fix}") from None
-    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
-        raise DataDirError(f"{path}: unreadable ({exc}): {fix}") from None
     problem = snapshot_problem(data)
     if problem:
         raise DataDirError(f"{path}: not a status snapshot ({problem}): {fix}")

@@ -1,0 +1,30 @@
+"""Reading one of the crawl's own JSON files (settings.json, shards.json, status.json).
+
+A damaged file is the user's to fix, so each way it can fail is one DataDirError
+naming the file, never a traceback: unreadable, not UTF-8, not JSON, or nested so
+deeply that the parser gives up. An absent file is not an error here: what it means
+differs per file, so FileNotFoundError goes to the caller.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..exceptions import DataDirError
+
+
+def read_json(path: str, what: str, fix: str = "") -> Any:
+    """The JSON document in ``path``. ``what`` names what the file should be ("a shard
+    layout"), ``fix`` what the user can do about a damaged one; FileNotFoundError
+    passes through."""
+    tail = f": {fix}" if fix else ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise
+    except RecursionError:
+        raise DataDirError(f"{path}: not {what} (nested too deeply){tail}") from None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
+        raise DataDirError(f"{path}: unreadable ({exc}){tail}") from None
