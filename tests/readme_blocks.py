@@ -152,12 +152,13 @@ def commands(text: str, is_program: Callable[[str], bool]) -> list[Command]:
 
 
 def sample_heads(sample: tuple[str, ...]) -> list[str]:
-    """What a sample output line promises: its text up to the first digit (the numbers
-    differ from run to run), e.g. ``crawl complete: {"complete": true, "fetched":``.
+    """What a sample output line promises: its text up to the first digit or the first
+    absolute path (numbers and temporary directories differ from run to run), e.g.
+    ``crawl complete: {"complete": true, "fetched":`` or ``demo: wrote the report:``.
     Lines whose head is shorter than 4 characters promise nothing checkable."""
     heads = []
     for line in sample:
-        head = re.match(r"[^\d]*", line.strip())
+        head = re.match(r"(?:[^\d\s]|\s(?!/))*", line.strip())
         assert head is not None
         if len(head.group().strip()) >= 4:
             heads.append(head.group().strip())

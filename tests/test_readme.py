@@ -15,7 +15,9 @@ going untested. What is changed before a command runs, and nothing else:
 
 Each command is run with ``bash -c`` (so ``> dump.txt`` works as printed) and ``python``
 on PATH being this test's interpreter; PYTHONPATH is the checkout, which stands in for
-"from its top directory" (``tools`` is not installed) while the cwd stays fresh.
+"from its top directory" (``tools`` is not installed) while the cwd stays fresh. TMPDIR
+is a directory of the test's own, so what a command leaves in a temporary directory (the
+demo's crawl, the test web's CA) goes with the test's files.
 
 One module-scoped fixture runs everything in order (later commands read what earlier
 ones made: crawl1, dump.txt, the store of the Python example) and records each result;
@@ -249,9 +251,9 @@ def _poll_page(url: str, proc: subprocess.Popen[str]) -> str | None:
 class _Run:
     """Runs the plans in order, in one working directory."""
 
-    def __init__(self, workdir: Path, bindir: Path) -> None:
+    def __init__(self, workdir: Path, bindir: Path, tmpdir: Path) -> None:
         self.workdir = workdir
-        self.env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(tmpdir))
         self.env["PATH"] = f"{bindir}{os.pathsep}{os.path.dirname(sys.executable)}" \
                            f"{os.pathsep}{self.env.get('PATH', '')}"
         self.web: rb.WebValues | None = None
@@ -419,6 +421,25 @@ def _html_file(res: Result, m: re.Match[str], run: _Run) -> str | None:
     return None
 
 
+def _demo_made(res: Result, m: re.Match[str], run: _Run) -> str | None:
+    """The demo's report is an HTML file in a new directory under TMPDIR, beside the crawl
+    that status reads as finished."""
+    wrote = re.search(r"^demo: wrote the report: (\S+)$", res.stdout, re.M)
+    if wrote is None:
+        return "no `demo: wrote the report: FILE` line"
+    report = Path(wrote.group(1))
+    if report.parent.parent != Path(run.env["TMPDIR"]) or report.suffix != ".html":
+        return f"the report {report} is not an .html file in a new directory under TMPDIR"
+    if b"<html" not in report.read_bytes()[:1000].lower():
+        return f"{report} is not an HTML file"
+    done = subprocess.run(["python", "-m", "crawler", "status", str(report.parent)],
+                          cwd=run.workdir, env=run.env, capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT)
+    if done.returncode != 0 or " finished" not in done.stdout:
+        return f"status of the demo's crawl: exit {done.returncode}: {done.stdout[-500:]}"
+    return None
+
+
 def _dump_lines(res: Result, m: re.Match[str], run: _Run) -> str | None:
     text = (run.workdir / m.group(1)).read_text()
     good = text and all(re.match(r"[0-9a-f]{32}\t", ln) for ln in text.splitlines())
@@ -428,6 +449,7 @@ def _dump_lines(res: Result, m: re.Match[str], run: _Run) -> str | None:
 # What the README says a command's output is (in its comment or the text around it),
 # checked lightly: (pattern on the command as run, check -> a problem or None).
 OUTPUT_CHECKS: list[tuple[re.Pattern[str], Callable[[Result, re.Match[str], _Run], str | None]]] = [
+    (re.compile(r"^python -m crawler demo\b"), _demo_made),
     (re.compile(r"^python -m crawler pages .*--limit (\d+)"), _one_line_per_page),
     (re.compile(r"^python -m crawler show \S+ (\S+)"), _shows_url),
     (re.compile(r"^python -m crawler status "), _says_state),
@@ -465,11 +487,12 @@ def _check(result: Result, run: _Run) -> None:
 def readme_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, Result]]:
     workdir = tmp_path_factory.mktemp("readme")
     bindir = tmp_path_factory.mktemp("readme-bin")
+    tmpdir = tmp_path_factory.mktemp("readme-tmp")
     for name in ("python", "python3"):  # `python` as the README types it: this interpreter
         wrapper = bindir / name
         wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
         wrapper.chmod(0o755)
-    run = _Run(workdir, bindir)
+    run = _Run(workdir, bindir, tmpdir)
     results: dict[int, Result] = {}
     try:
         for p in PLANS:
@@ -487,6 +510,16 @@ def readme_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, R
 
 def _id(p: Plan) -> str:
     return f"L{p.command.line}:" + ("python block" if p.command.python else p.code[:60])
+
+
+def test_a_sample_line_promises_its_text_up_to_a_number_or_a_path() -> None:
+    sample = ('crawl complete: {"complete": true, "fetched": 2618, ...}',
+              "demo: wrote the report: /tmp/kvcrawl-demo-x/report.html",
+              "to crawl a real site: python -m crawler start https://example.com/ --data s",
+              "12 pages", "...")
+    assert rb.sample_heads(sample) == [
+        'crawl complete: {"complete": true, "fetched":', "demo: wrote the report:",
+        "to crawl a real site: python -m crawler start https://example.com/ --data s"]
 
 
 def test_the_readme_has_commands_to_run() -> None:

@@ -1,8 +1,10 @@
-"""``python -m crawler``: start or resume a crawl, its status, retry failures, recrawl
-pages, and its pages: list, show, export, links, rank, report, serve; the sitemaps it read.
+"""``python -m crawler``: a demo on loopback, start or resume a crawl, its status, retry
+failures, recrawl pages, and its pages: list, show, export, links, rank, report, serve; the
+sitemaps it read.
 
 One module per command group, each with ``add_parsers(sub)``, its
-``cmd_<name>`` functions and a ``COMMANDS`` table: :mod:`.crawl` (start, with
+``cmd_<name>`` functions and a ``COMMANDS`` table: :mod:`.demo` (demo, with the
+site of :mod:`.demosite`), :mod:`.crawl` (start, with
 :mod:`.startopts`; and status, from :mod:`.status`), :mod:`.retry` (retry),
 :mod:`.recrawl` (recrawl), :mod:`.pages` (pages, show), :mod:`.export` (export),
 :mod:`.links` (links), :mod:`.rank` (rank), :mod:`.report` (report, serve) and

@@ -21,6 +21,7 @@ from ._common import DefaultsFormatter, Parser
 # commands (``add_parsers``) and names them in its ``COMMANDS`` table; a test holds
 # that table and this one equal.
 MODULE_OF = {
+    "demo": "demo",
     "start": "crawl",
     "status": "status",
     "export": "export",

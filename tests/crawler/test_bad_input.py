@@ -324,8 +324,14 @@ def every_command(data: Path, url: str, out: Path) -> dict[str, list[str]]:
     }
 
 
+# Commands that never read an existing crawl directory: demo makes a new crawl and
+# refuses a --data that is not empty, with one line (tests/crawler/test_demo.py).
+NEW_CRAWL_ONLY = {"demo"}
+READERS = sorted(set(app.MODULE_OF) - NEW_CRAWL_ONLY)
+
+
 def test_every_command_is_tried_on_damaged_files() -> None:
-    assert sorted(every_command(Path("d"), SEED, Path("o"))) == sorted(app.MODULE_OF)
+    assert sorted(every_command(Path("d"), SEED, Path("o"))) == READERS
 
 
 SHARDS_DAMAGE = {
@@ -346,7 +352,7 @@ SHARDS_DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", ["format x", "format null"])
-@pytest.mark.parametrize("command", sorted(app.MODULE_OF))
+@pytest.mark.parametrize("command", READERS)
 def test_a_damaged_shards_json_is_one_line_in_every_command(
     command: str, damage: str, copy: Path, crawl: tuple[TestWeb, Path], tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
