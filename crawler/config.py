@@ -31,7 +31,7 @@ DEFAULT_READ_TIMEOUT = 20.0
 DEFAULT_TOTAL_TIMEOUT = 60.0  # connect to last byte: what bounds a slow drip
 DEFAULT_DNS_TIMEOUT = 5.0  # one lookup, every retry included
 DEFAULT_MAX_BODY_BYTES = 10 << 20  # on the wire
-DEFAULT_MAX_DECODED_BYTES = 20 << 20  # after gzip/deflate
+DEFAULT_MAX_DECODED_BYTES = 20 << 20  # after Content-Encoding (gzip, deflate, br, zstd)
 # Bytes of response bodies and parse buffers a shard holds at once (crawler.run.budget);
 # None: twice what the largest page may hold (crawler.run.engine.largest_lease: its
 # body, its parse, its record; 165 MiB with the default limits).

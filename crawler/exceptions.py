@@ -55,6 +55,11 @@ class FetchError(CrawlerError):
         self.detail = detail
 
 
+class ContentDecodingError(CrawlerError, ValueError):
+    """A body that its Content-Encoding (gzip, deflate, br, zstd) cannot decode: the
+    fetch's outcome is ``protocol``."""
+
+
 class DataDirError(CrawlerError):
     """The data directory cannot be used (locked by a running crawl, unreadable,
     written by a newer version, or the disk is full)."""

@@ -22,16 +22,18 @@ Bounds, per fetch:
   timeout); the fetch then raises ``FetchError(url, "total_timeout")`` and
   the connection is dropped.
 - ``max_body_bytes`` on the wire (after chunked framing) and
-  ``max_decoded_bytes`` after gzip/deflate, decoded here while streaming with
-  zlib's ``max_length``, so a bomb never expands past the limit. A cut body is
+  ``max_decoded_bytes`` after Content-Encoding (gzip, deflate, br, zstd: what
+  crawler.net.decoding can decode here is what Accept-Encoding asks for),
+  decoded while streaming, never past the limit, so a bomb never expands past
+  it. A cut body is
   not an error: the result has ``truncated=True``, ``truncate_reason``
   "too_large" or "decompression_bomb", the body cut exactly at the limit, and
   the connection is closed. Memory: the body (plus the buffer's 1/8 slack)
   and one read of 64 KiB raw and 64 KiB decoded (a bomb's read is inflated
   64 KiB at a time). With a ``lease`` (crawler.run.budget), each piece is
   counted before it is kept, so a fetch waits rather than pass the crawl's
-  memory budget. Other codings (br, zstd) are not requested; if sent anyway
-  the body is left as received.
+  memory budget. A coding not asked for (or a list of codings), if sent
+  anyway, is left as received.
 - Redirects are not followed: a 3xx's absolute Location is ``redirect``.
 - A few headers are kept (lowercase, values cut to ``max_header_value``);
   http.client caps a header line at 64 KiB and a response at 100 headers.
@@ -40,7 +42,7 @@ Errors: ``FetchError(url, reason)`` raised ``from`` the underlying error,
 reason one of connect_refused, connect_timeout, connect_error (unreachable
 and other connect failures), read_timeout, total_timeout, reset (connection
 reset or closed mid-response), tls, protocol (garbage response, bad chunked
-framing or gzip data) or aborted (the Fetcher was closed meanwhile: not the
+framing, a body its Content-Encoding cannot decode) or aborted (the Fetcher was closed meanwhile: not the
 URL's fault). A URL that cannot be sent raises URLError.
 
 Thread safety: all public methods may be called from any number of threads.
@@ -56,7 +58,7 @@ import logging
 import ssl
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urljoin, urlsplit
@@ -73,6 +75,7 @@ from ..config import (  # the one place of every default a crawl is configured w
 )
 from ..exceptions import ConfigError, FetchError, URLError
 from ..web.urls import DEFAULT_PORTS, URL, host_key
+from . import decoding
 from .connections import (
     Connection,
     ConnectionPool,
@@ -89,12 +92,10 @@ DEFAULT_POOL_CONNECTIONS = 1000  # origins whose idle connections are kept, LRU
 DEFAULT_POOL_MAXSIZE = 8  # idle connections kept per host (more may be open at once)
 DEFAULT_MAX_HEADER_VALUE = 2048
 DEFAULT_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
-ACCEPT_ENCODING = "gzip, deflate"
 READ_CHUNK = 64 << 10
 
 KEPT_HEADERS = ("content-type", "content-length", "content-encoding", "location",
                 "retry-after", "last-modified", "etag", "server", "date", "x-robots-tag")
-_DECODED = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _VERSIONS = {9: "HTTP/0.9", 10: "HTTP/1.0", 11: "HTTP/1.1", 20: "HTTP/2"}
 
 Resolve = Callable[[str], str]
@@ -227,42 +228,6 @@ def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
     return ctx
 
 
-class _Decoder:
-    """Streaming gzip/deflate with a cap on each call's output (zlib's max_length)."""
-
-    def __init__(self, wbits: int) -> None:
-        self._z = zlib.decompressobj(wbits)
-        self._raw_ok = wbits == zlib.MAX_WBITS  # "deflate" is sometimes sent without zlib header
-        self._fed = False
-
-    def decode(self, data: bytes, limit: int) -> bytes:
-        try:
-            out = self._z.decompress(data, limit)
-        except zlib.error:
-            if not self._raw_ok or self._fed:
-                raise
-            self._z = zlib.decompressobj(-zlib.MAX_WBITS)
-            out = self._z.decompress(data, limit)
-        self._fed = True
-        return out
-
-    def pieces(self, data: bytes, limit: int) -> Iterator[bytes]:
-        """``data`` inflated, at most ``limit`` bytes in all, in pieces of at most
-        READ_CHUNK: a 64 KiB read of a bomb is never a 20 MiB string at once."""
-        while limit > 0:
-            piece = self.decode(data, min(limit, READ_CHUNK))
-            data = self._z.unconsumed_tail
-            if not piece:
-                return
-            limit -= len(piece)
-            yield piece
-            if not data:
-                return
-
-    def flush(self) -> bytes:
-        return self._z.flush()
-
-
 # -- the fetcher -------------------------------------------------------------------------
 
 
@@ -300,7 +265,7 @@ class Fetcher:
         self._max_decoded = max_decoded_bytes
         self._max_header = max_header_value
         self._headers = (("User-Agent", user_agent), ("Accept", accept),
-                         ("Accept-Encoding", ACCEPT_ENCODING))
+                         ("Accept-Encoding", decoding.ACCEPT_ENCODING))
         self._ssl = _ssl_context(ca_bundle)
         self._dog = Watchdog()
         self._pool = ConnectionPool(origins=pool_connections, per_origin=pool_maxsize)
@@ -450,37 +415,40 @@ class Fetcher:
     def _read_body(self, resp: http.client.HTTPResponse, coding: str | None,
                    lease: Lease | None = None) -> tuple[bytes, int, str | None]:
         """Stream the body within both limits: (body, wire bytes, truncate reason)."""
-        wbits = _DECODED.get((coding or "").strip().lower())
-        decoder = _Decoder(wbits) if wbits is not None else None
+        decoder = decoding.decoder_for(coding)
         cap = self._max_decoded if decoder else min(self._max_body, self._max_decoded)
         out = io.BytesIO()
         wire = size = 0
         reason: str | None = None
         keep = (lambda n: None) if lease is None else lease.grow
         keep(2 * READ_CHUNK)  # the read in hand and its decoded piece
+
+        def take(pieces: Iterable[bytes]) -> str | None:
+            """Keep ``pieces`` up to the cap; the truncate reason once past it."""
+            nonlocal size
+            for piece in pieces:
+                full = len(piece) > cap - size
+                if full:
+                    piece = piece[: cap - size]
+                keep(len(piece) + len(piece) // 8)  # BytesIO grows by 1/8 over its size
+                out.write(piece)
+                size += len(piece)
+                if full:
+                    return outcomes.DECOMPRESSION_BOMB if decoder else outcomes.TOO_LARGE
+            return None
+
         while reason is None:
             data = resp.read(min(READ_CHUNK, self._max_body - wire + 1))
             if not data:
                 if decoder is not None:
-                    tail = decoder.flush()[: cap - size]
-                    keep(len(tail) + len(tail) // 8)
-                    out.write(tail)
+                    reason = take(decoder.finish(cap - size + 1))
                 break
             wire += len(data)
             if wire > self._max_body:  # one byte over: there is more than the limit
                 data = data[: len(data) - (wire - self._max_body)]
                 wire, reason = self._max_body, outcomes.TOO_LARGE
-            pieces = decoder.pieces(data, cap - size + 1) if decoder else (data,)
-            for piece in pieces:
-                full = len(piece) > cap - size
-                if full:
-                    piece = piece[: cap - size]
-                    reason = outcomes.DECOMPRESSION_BOMB if decoder else outcomes.TOO_LARGE
-                keep(len(piece) + len(piece) // 8)  # BytesIO grows by 1/8 over its size
-                out.write(piece)
-                size += len(piece)
-                if full:
-                    break
+            full = take(decoder.pieces(data, cap - size + 1) if decoder else (data,))
+            reason = full or reason
         if reason is not None:
             resp.close()  # unread bytes on the wire: the connection cannot be reused
         return out.getvalue(), wire, reason

@@ -73,6 +73,7 @@ import kvstore
 
 from ..config import DEFAULT_USER_AGENT
 from ..exceptions import ConfigError
+from ..net.decoding import ACCEPT_ENCODING
 from ..net.fetch import DEFAULT_ACCEPT
 from ..state.pages import PageRecord
 from ._outfile import create, discard, drop, naming, publish
@@ -82,7 +83,10 @@ log = logging.getLogger(__name__)
 
 WARC_VERSION = "WARC/1.1"  # 1.1: WARC-Date with microseconds
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
-SENT_ACCEPT_ENCODING = "gzip, deflate"  # what net.fetch.Fetcher asks for on every request
+# What net.fetch.Fetcher asks for on every request: the codings this installation can
+# decode (the page record does not keep the request's headers). With the packages
+# setup.cfg requires, that is every coding named in net.decoding.
+SENT_ACCEPT_ENCODING = ACCEPT_ENCODING
 DOM_CONTENT_TYPE = "text/html; charset=utf-8"  # a rendered DOM, as the record stores it
 _RESPONSE_ONLY = ("content-encoding", "transfer-encoding", "content-length")
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from crawl_helpers import fetched_urls, host_name, records, run_crawl
+from crawl_helpers import fetched_urls, host_name, record, records, run_crawl
 
 from crawler.web.urls import host_key
 from tools.testweb import TestWeb, fault
@@ -167,3 +167,23 @@ def test_private_ip_is_refused_by_default(testweb: TestWeb, tmp_path: Path) -> N
     assert testweb.log.records() == []
     recs = records(tmp_path / "c")
     assert [r.reason for r in recs.values()] == ["private_ip"]
+
+
+@pytest.mark.parametrize("coding", ["gzip", "br", "zstd"])
+def test_a_site_that_compresses_is_crawled_as_the_oracle_says(
+    make_testweb: MakeWeb, tmp_path: Path, coding: str
+) -> None:
+    """A site answering its pages in ``coding`` (as nginx's gzip and brotli filters do):
+    the crawl is the oracle's, and each stored body is the page as the site has it."""
+    web = make_testweb(pages=60, hosts=3, seed=4, crawl_delay=0.0, encodings=(coding,))
+    want = web.oracle.crawl()
+    assert run_crawl(web, tmp_path / "c").complete
+    assert fetched_urls(tmp_path / "c") == set(want.fetched)
+    pages = [r for r in web.log.records() if r.status == 200 and r.path != "/robots.txt"]
+    assert pages and {r.encoding for r in pages} == {coding}
+    with web.session() as s:
+        s.headers["Accept-Encoding"] = "identity"
+        for r in pages:
+            plain = s.get(r.url, allow_redirects=False, timeout=10)
+            assert plain.headers.get("Content-Encoding") is None
+            assert record(tmp_path / "c", r.url).body == plain.content, r.url

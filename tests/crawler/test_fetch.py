@@ -362,12 +362,14 @@ class TestLimits:
         r = make_fetcher(testweb, max_body_bytes=size - 1).fetch(testweb.seed_url)
         assert r.truncated and r.truncate_reason == "too_large" and len(r.body) == size - 1
 
-    def test_gzip_bomb_is_cut_at_the_decoded_limit_in_bounded_memory(
-            self, make_testweb: Callable[..., TestWeb], make_fetcher: MakeFetcher):
+    @pytest.mark.parametrize("kind", ["gzip_bomb", "br_bomb", "zstd_bomb"])
+    def test_a_bomb_is_cut_at_the_decoded_limit_in_bounded_memory(
+            self, make_testweb: Callable[..., TestWeb], make_fetcher: MakeFetcher, kind: str):
+        """gzip, and Brotli's bomb class (CVE-2025-6176) and zstd's, are cut alike."""
         size = 64 << 20
-        web = make_testweb(pages=20, hosts=2, faults=[fault("gzip_bomb", size=size)])
+        web = make_testweb(pages=20, hosts=2, faults=[fault(kind, size=size)])
         f = make_fetcher(web, read_timeout=20.0, total_timeout=30.0)
-        url = web.url("h0.test", "/x/gzip_bomb/1")
+        url = web.url("h0.test", f"/x/{kind}/1")
         f.fetch(url)  # the server builds (and caches) the bomb on the first request
         tracemalloc.start()
         try:
@@ -378,14 +380,85 @@ class TestLimits:
         assert r.truncated and r.truncate_reason == "decompression_bomb"
         assert len(r.body) == LIMIT and r.body == b" " * LIMIT
         assert r.wire_bytes <= READ_CHUNK  # one read of ~1000:1 data was more than enough
-        assert r.headers["content-encoding"] == "gzip"
+        assert r.headers["content-encoding"] == kind.partition("_")[0]
         assert peak < 8 * LIMIT, peak  # the bomb decodes to 64 MiB
 
-    def test_small_gzip_body_is_decoded_whole(self, make_testweb: Callable[..., TestWeb],
-                                              make_fetcher: MakeFetcher):
-        web = make_testweb(pages=20, hosts=2, faults=[fault("gzip_bomb", size=300_000)])
-        r = make_fetcher(web).fetch(web.url("h0.test", "/x/gzip_bomb/1"))
+    @pytest.mark.parametrize("kind", ["gzip_bomb", "br_bomb", "zstd_bomb"])
+    def test_a_small_encoded_body_is_decoded_whole(self, make_testweb: Callable[..., TestWeb],
+                                                   make_fetcher: MakeFetcher, kind: str):
+        web = make_testweb(pages=20, hosts=2, faults=[fault(kind, size=300_000)])
+        r = make_fetcher(web).fetch(web.url("h0.test", f"/x/{kind}/1"))
         assert not r.truncated and r.body == b" " * 300_000 and r.wire_bytes < 10_000
+
+    @pytest.mark.parametrize("kind", ["gzip_bomb", "br_bomb", "zstd_bomb"])
+    def test_a_body_exactly_at_the_decoded_limit_is_whole(
+            self, make_testweb: Callable[..., TestWeb], make_fetcher: MakeFetcher, kind: str):
+        web = make_testweb(pages=20, hosts=2, faults=[fault(kind, size=LIMIT)])
+        r = make_fetcher(web).fetch(web.url("h0.test", f"/x/{kind}/1"))
+        assert not r.truncated and r.body == b" " * LIMIT
+        r = make_fetcher(web, max_decoded_bytes=LIMIT - 1).fetch(web.url("h0.test", f"/x/{kind}/1"))
+        assert r.truncate_reason == "decompression_bomb" and r.body == b" " * (LIMIT - 1)
+
+
+class TestContentEncodings:
+    """Pages a server sends compressed, in the coding it picks from our Accept-Encoding."""
+
+    @pytest.mark.parametrize("coding", ["gzip", "br", "zstd"])
+    def test_pages_in_each_coding_are_stored_as_the_server_has_them(
+            self, make_testweb: Callable[..., TestWeb], make_fetcher: MakeFetcher,
+            coding: str):
+        web = make_testweb(pages=20, hosts=2, encodings=(coding,))
+        f = make_fetcher(web)
+        urls = sorted(u for u in web.oracle.crawl().fetched if "robots" not in u)[:8]
+        with web.session() as s:
+            s.headers["Accept-Encoding"] = "identity"
+            for url in urls:
+                plain = s.get(url, allow_redirects=False, timeout=10)
+                r = f.fetch(url)
+                assert r.status == plain.status_code and r.body == plain.content, url
+                if r.status == 200:
+                    assert r.headers["content-encoding"] == coding
+                    assert r.wire_bytes < len(r.body)
+        sent = {rec.encoding for rec in web.log.records() if rec.agent == UA and rec.status == 200}
+        assert sent == {coding}
+
+    def test_accept_encoding_names_the_codings_this_process_decodes(
+            self, raw_server: Any, make_fetcher: MakeFetcher):
+        heads: list[bytes] = []
+
+        def handler(conn: socket.socket, n: int) -> None:
+            heads.append(read_head(conn))
+            conn.sendall(answer(b"ok"))
+
+        srv = raw_server(handler)
+        make_fetcher(RAW).fetch(srv.url())
+        assert b"\r\nAccept-Encoding: zstd, br, gzip, deflate\r\n" in heads[0]
+
+    @pytest.mark.parametrize("coding", ["br", "zstd"])
+    def test_a_corrupt_body_is_a_protocol_error(self, raw_server: Any,
+                                                make_fetcher: MakeFetcher, coding: str):
+        def handler(conn: socket.socket, n: int) -> None:
+            read_head(conn)
+            conn.sendall(answer(b"\xff" * 64 + b"not compressed at all" * 50,
+                                f"Content-Encoding: {coding}"))
+
+        srv = raw_server(handler)
+        assert fetch_error(make_fetcher(RAW), srv.url()).reason == "protocol"
+
+    def test_an_unknown_or_stacked_coding_is_kept_as_it_came(
+            self, raw_server: Any, make_fetcher: MakeFetcher):
+        body = gzip.compress(b"<html>twice</html>")
+
+        def handler(conn: socket.socket, n: int) -> None:
+            read_head(conn)
+            coding = ("compress", "gzip, gzip")[n % 2]
+            conn.sendall(answer(body, f"Content-Encoding: {coding}"))
+
+        srv = raw_server(handler)
+        f = make_fetcher(RAW)
+        for _ in range(2):
+            r = f.fetch(srv.url())
+            assert r.body == body and not r.truncated
 
 
 # -- answers only a raw server gives ---------------------------------------------------------------

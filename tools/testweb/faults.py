@@ -51,6 +51,8 @@ KINDS: dict[str, Kind] = {
         Kind("reset", RESPONSE, {"after": 512, "size": 10_000}),
         Kind("huge_body", RESPONSE, {"size": 256 * MIB, "chunked": False}),
         Kind("gzip_bomb", RESPONSE, {"size": 128 * MIB}),
+        Kind("br_bomb", RESPONSE, {"size": 128 * MIB}, in_all=False),
+        Kind("zstd_bomb", RESPONSE, {"size": 128 * MIB}, in_all=False),
         # gzip-encoded, decoding to ``size`` bytes of ``byte`` (255: invalid UTF-8)
         Kind("nul_body", RESPONSE, {"size": 20 * MIB, "byte": 0}, in_all=False),
         Kind("status_429", RESPONSE, {"retry_after": 1, "times": 1}, keeps_links=True),

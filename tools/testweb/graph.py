@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from random import Random
 
+from .encodings import CODINGS
+
 SECTIONS = 4
 ALPHA = 1.1  # in-degree skew: weight of the page ranked r is 1 / r**ALPHA
 HOST_ALPHA = 0.7  # host size skew
@@ -67,6 +69,9 @@ class SiteConfig:
     max_links: int = 40
     min_size: int = 5_000  # page body size range, bytes
     max_size: int = 20_000
+    # Content-Encodings pages are answered in, the first the request accepts (as nginx's
+    # gzip and brotli filters do); () answers identity always.
+    encodings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.pages < self.hosts:
@@ -75,6 +80,9 @@ class SiteConfig:
             raise ValueError("need 0 <= min_links <= max_links")
         if not 0 < self.min_size <= self.max_size:
             raise ValueError("need 0 < min_size <= max_size")
+        for coding in self.encodings:
+            if coding not in CODINGS:
+                raise ValueError(f"unknown encoding {coding!r}: one of {CODINGS}")
         for i in self.tls_hosts or ():
             if not 0 <= i < self.hosts:
                 raise ValueError(f"tls host index {i} out of range")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from functools import lru_cache
 from html import escape
 from random import Random
 from typing import TYPE_CHECKING
 
+from .encodings import BOMBS
 from .faults import Fault
 from .model import NOT_FOUND, Node, text_node
 from .render import leaf_page, link_list
@@ -38,21 +38,6 @@ def filler(size: int) -> bytes:
     return (unit * (size // len(unit) + 1))[:size]
 
 
-@lru_cache(maxsize=4)
-def gzip_bomb(size: int, fill: int = 0x20) -> bytes:
-    """A gzip member that decodes to ``size`` bytes of value ``fill``, spaces by
-    default (about 1000:1)."""
-    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
-    block = bytes([fill]) * (1 << 20)
-    out = []
-    left = size
-    while left > 0:
-        out.append(comp.compress(block[: min(left, len(block))]))
-        left -= len(block)
-    out.append(comp.flush())
-    return b"".join(out)
-
-
 def apply_response_fault(site: Site, host: str, node: Node, f: Fault) -> Node:
     """``node`` as answered under response fault ``f``."""
     kind = f.kind
@@ -60,7 +45,7 @@ def apply_response_fault(site: Site, host: str, node: Node, f: Fault) -> Node:
         return node.but(delivery=f, fault=kind)
     if kind in ("slow_drip", "reset"):
         return Node(200, body=filler(int(f.num("size"))), delivery=f, fault=kind)
-    if kind in ("huge_body", "gzip_bomb", "nul_body"):
+    if kind in ("huge_body", "nul_body", *BOMBS):
         return Node(200, body=b"", delivery=f, fault=kind)
     if kind in ("status_429", "status_503"):
         times = int(f.num("times"))

@@ -37,6 +37,7 @@ class Request:
     outcome: str = "pending"  # pending (in flight, or cut by stop()) | ok | reset | aborted
     sni: str | None = None  # TLS server name the client sent
     agent: str = ""  # the User-Agent header ("" when none was sent)
+    encoding: str | None = None  # the Content-Encoding of the answer (None: identity)
 
     @property
     def url(self) -> str:

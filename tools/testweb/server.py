@@ -35,8 +35,9 @@ from collections import Counter
 from email.utils import formatdate
 from http import HTTPStatus
 
+from .encodings import BOMBS, bomb, chosen, encode
 from .faults import Fault
-from .hostile_pages import filler, gzip_bomb
+from .hostile_pages import filler
 from .model import Node
 from .requestlog import Request, RequestLog
 from .site import Site
@@ -301,11 +302,13 @@ class WebServer:
         else:
             node = site.lookup(host, target)
         validators = (headers.get("if-none-match"), headers.get("if-modified-since"))
-        return await self._answer(writer, rec, node, keep, method == "HEAD", validators)
+        return await self._answer(writer, rec, node, keep, method == "HEAD", validators,
+                                  headers.get("accept-encoding"))
 
     async def _answer(self, writer: asyncio.StreamWriter, rec: Request, node: Node,
                       keep: bool, head_only: bool,
-                      validators: tuple[str | None, str | None] = (None, None)) -> bool:
+                      validators: tuple[str | None, str | None] = (None, None),
+                      accept_encoding: str | None = None) -> bool:
         site = self._site
         assert site is not None
         f = node.delivery
@@ -326,8 +329,7 @@ class WebServer:
         if node.raw_location is not None:
             headers.append(("Location", node.raw_location))
         headers.extend(node.headers)
-        if f is not None and f.kind in ("slow_drip", "reset", "huge_body", "gzip_bomb",
-                                        "nul_body"):
+        if f is not None and f.kind in ("slow_drip", "reset", "huge_body", "nul_body", *BOMBS):
             return await self._stream(writer, rec, node, f, headers, keep, head_only)
         if node.lazy is not None:
             body = await asyncio.to_thread(site.body, rec.host, node)
@@ -342,6 +344,12 @@ class WebServer:
                 same = [(k, v) for k, v in headers if k != "Content-Type"]
                 await self._send(writer, rec, 304, same, b"", keep, head_only)
                 return keep
+            # The site's codings, as nginx's filters do: the first one the client accepts.
+            coding = chosen(site.config.encodings, accept_encoding)
+            if coding is not None:
+                body = await asyncio.to_thread(encode, coding, body)
+                headers += [("Content-Encoding", coding), ("Vary", "Accept-Encoding")]
+                rec.encoding = coding
         await self._send(writer, rec, node.status, headers, body, keep, head_only)
         return keep
 
@@ -393,11 +401,13 @@ class WebServer:
         length: int | None = len(body)
         if kind == "huge_body":
             length = None if f.get("chunked") else int(f.num("size"))
-        elif kind in ("gzip_bomb", "nul_body"):
+        elif kind in BOMBS or kind == "nul_body":
             fill = int(f.num("byte")) if kind == "nul_body" else 0x20
-            body = await asyncio.to_thread(gzip_bomb, int(f.num("size")), fill)
+            coding = BOMBS.get(kind, "gzip")
+            body = await asyncio.to_thread(bomb, coding, int(f.num("size")), fill)
             length = len(body)
-            headers.append(("Content-Encoding", "gzip"))
+            headers.append(("Content-Encoding", coding))
+            rec.encoding = coding
         rec.status = node.status
         rec.end = time.time()
         writer.write(self._head(node.status, headers, length, keep))
@@ -451,7 +461,7 @@ class WebServer:
                     await writer.drain()
                 if length is None:
                     writer.write(b"0\r\n\r\n")
-            else:  # gzip_bomb, nul_body
+            else:  # the bombs, nul_body
                 rec.bytes = len(body)
                 rec.end = time.time()
                 writer.write(body)
