@@ -42,8 +42,9 @@ Errors: ``FetchError(url, reason)`` raised ``from`` the underlying error,
 reason one of connect_refused, connect_timeout, connect_error (unreachable
 and other connect failures), read_timeout, total_timeout, reset (connection
 reset or closed mid-response), tls, protocol (garbage response, bad chunked
-framing, a body its Content-Encoding cannot decode) or aborted (the Fetcher was closed meanwhile: not the
-URL's fault). A URL that cannot be sent raises URLError.
+framing, a body its Content-Encoding cannot decode) or aborted (the Fetcher
+was closed meanwhile: not the URL's fault). A URL that cannot be sent raises
+URLError.
 
 Thread safety: all public methods may be called from any number of threads.
 A connection is used by one fetch at a time (out of the pool meanwhile).

@@ -153,3 +153,17 @@ def test_peak_rss_of_a_worker_is_its_own_not_its_parents() -> None:
     ).stdout.split()
     peak, now = int(out[0]), int(out[1])
     assert now <= peak < 200 << 20, (peak, now)
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (CI installs it)")
+def test_bench_fetchers_fetches_every_page_and_reports(tmp_path: Path) -> None:
+    """Our fetcher only: pycurl and httpx are the bench extra's, not the tests'."""
+    stdout, res = _run(["tools/bench_fetchers.py", "--pages", "50", "--fetches", "300",
+                        "--threads", "4", "--repeat", "1", "--clients", "ours",
+                        "--protocols", "http1,https1"], tmp_path)
+    rows = {(r["client"], r["protocol"]): r for r in res["results"]}
+    assert set(rows) == {("ours", "http1"), ("ours", "https1")}
+    for r in rows.values():
+        assert r["errors"] == 0 and r["versions"] == ["HTTP/1.1"]
+        assert r["pages_per_s"] > 0 and 0 < r["cpu_ms_per_fetch"] < 1000
+    assert "| ours | https1 |" in stdout
