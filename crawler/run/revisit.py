@@ -90,6 +90,8 @@ class Revisits:
         for name in ("etag", "last-modified", "date"):  # what a 304 may update (RFC 9110)
             if name in r.headers:
                 headers[name] = r.headers[name]
+        # ip stays the earlier fetch's: the body is that fetch's, and the WARC export
+        # writes its response record (WARC-IP-Address) from this record.
         out.update(headers=headers, elapsed=round(r.elapsed, 6), revisit="not_modified",
                    revisit_of=prior.revisit_of or prior.fetched_at)
         return out

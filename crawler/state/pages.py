@@ -61,8 +61,9 @@ class PageRecord:
     truncated: str = ""  # why the body was cut ("too_large", "decompression_bomb"), or ""
     noindex: bool = False
     elapsed: float | None = None  # seconds the fetch took (DNS included); None: not recorded
-    # Every link of the page, each once, in document order: pack_links() packing
-    # (n target keys, then n flag bytes). Links not admitted (off scope, known) too.
+    # Every link of the page, each once: the followed ones first, then the nofollow
+    # ones, each group in document order; pack_links() packing (n target keys, then n
+    # flag bytes). Links not admitted (off scope, known) too.
     links: bytes = b""
     # Browser rendering (--render-js): "" not rendered, "ok", or why the render was cut
     # (render_timeout, render_crashed, ...; docs/RENDER.md). The links above then include
