@@ -36,8 +36,6 @@ import os
 import random
 import resource
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,6 +49,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tools import _benchutil as bu  # noqa: E402
+from tools.testweb.export import nginx_serving  # noqa: E402
 
 HOST = "bench.test"
 CLIENTS = ("ours", "pycurl", "httpx")
@@ -97,43 +96,6 @@ http {{
 }}
 """)
     return conf
-
-
-class Nginx:
-    def __init__(self, root: Path, ports: list[int]) -> None:
-        self.root, self.ports = root, ports
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> Nginx:
-        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-        if not os.path.exists(nginx):
-            raise SystemExit("bench_fetchers: nginx not found: apt-get install -y nginx-light")
-        directives = "daemon off;" + (" user root;" if os.geteuid() == 0 else "")
-        cmd = [nginx, "-p", str(self.root), "-c", "nginx.conf", "-g", directives]
-        check = subprocess.run([*cmd, "-t"], capture_output=True, text=True, check=False)
-        if check.returncode != 0:
-            raise SystemExit(f"bench_fetchers: nginx -t failed: {check.stderr.strip()}")
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        for port in self.ports:
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or self.proc.poll() is not None:
-                        raise SystemExit("bench_fetchers: nginx did not listen") from None
-                    time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 # -- the clients (each in its own process) ------------------------------------------------
@@ -330,7 +292,10 @@ def main() -> int:
         nginx_conf(work, ports["http1"], ports["https1"], ports["h2"], work / "cert.pem",
                    work / "key.pem")
         runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        with Nginx(work, list(ports.values())):
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not os.path.exists(nginx):
+            raise SystemExit("bench_fetchers: nginx not found: apt-get install -y nginx-light")
+        with nginx_serving(work, ports["http1"], nginx):  # one nginx: every port or none
             for rep in range(args.repeat):
                 for protocol in protocols:
                     for client in clients:

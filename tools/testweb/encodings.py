@@ -8,15 +8,18 @@ request log records which (``Request.encoding``). The ``gzip_bomb``, ``br_bomb``
 
 from __future__ import annotations
 
+import importlib
 import zlib
 from functools import lru_cache
+from typing import Any
 
 import brotlicffi
 
+zstd: Any
 try:
-    from compression import zstd  # type: ignore[import-not-found]
+    zstd = importlib.import_module("compression.zstd")  # the standard library's, from 3.14
 except ImportError:
-    from backports import zstd
+    zstd = importlib.import_module("backports.zstd")
 
 CODINGS = ("gzip", "br", "zstd")
 BOMBS = {"gzip_bomb": "gzip", "br_bomb": "br", "zstd_bomb": "zstd"}
@@ -28,6 +31,7 @@ class _Encoder:
 
     def __init__(self, coding: str) -> None:
         self.coding = coding
+        self._c: Any
         if coding == "gzip":
             self._c = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a gzip member, mtime 0
         elif coding == "br":
