@@ -156,6 +156,8 @@ class Engine:
         self._workers_done = threading.Event()  # tells the committer to drain and stop
         self._finish = threading.Event()  # a shard: every shard is idle, the crawl is complete
         self.failure: CrawlerError | None = None  # why the crawl stopped on its own, if it did
+        self._counts_lock = threading.Lock()  # status_counts against the stores' close
+        self._final_counts: dict[str, Any] | None = None
         self.sitemaps = Sitemaps(
             config, scheduler=self.scheduler, gate=self.gate, frontier=self.frontier,
             reader=self.reader, scope=self.scope, robots=self.robots, counters=self.counters,
@@ -300,7 +302,9 @@ class Engine:
             if before_close is not None:
                 before_close()
             reporter.report(final=True)
-            self.close()
+            with self._counts_lock:  # a report asked for from now on gets these counts
+                self._final_counts = self._status_counts()
+                self.close()
         if self.failure is not None:
             raise self.failure
         return complete
@@ -383,7 +387,15 @@ class Engine:
     # -- status -------------------------------------------------------------------
 
     def status_counts(self) -> dict[str, Any]:
-        """The crawl's counts for a status snapshot (crawler.run.status). Thread-safe."""
+        """The crawl's counts for a status snapshot (crawler.run.status). Thread-safe;
+        asked after the stores closed (a shard's supervisor asks when it likes), the
+        counts they had then."""
+        with self._counts_lock:
+            if self._final_counts is not None:
+                return dict(self._final_counts)
+            return self._status_counts()
+
+    def _status_counts(self) -> dict[str, Any]:
         counts = self.counters.snapshot()
         frontier = self.frontier.counts()
         outbox = self.frontier.outbox

@@ -187,3 +187,17 @@ def test_a_site_that_compresses_is_crawled_as_the_oracle_says(
             plain = s.get(r.url, allow_redirects=False, timeout=10)
             assert plain.headers.get("Content-Encoding") is None
             assert record(tmp_path / "c", r.url).body == plain.content, r.url
+
+
+def test_the_counts_asked_after_the_stores_closed_are_the_last_ones(
+    make_testweb: MakeWeb, tmp_path: Path
+) -> None:
+    """A shard's supervisor asks for a report whenever it likes, also while the shard
+    closes its stores (a SIGTERM as shards start): the answer is the counts at the close,
+    not an error in a thread."""
+    web = make_testweb(pages=30, hosts=2, seed=1, crawl_delay=0.0)
+    engine = run_crawl(web, tmp_path / "c")
+    assert engine.complete
+    counts = engine.status_counts()  # the stores are closed now
+    assert counts["fetched"] == engine.counters.snapshot().fetched > 0
+    assert counts["pending"] == 0 and counts["done"] == len(records(tmp_path / "c"))
