@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
-import os
 import socket
 
 from ..exceptions import CrawlerError
+from ..state.shards import PLACEMENT_NAME, read_placement
 
-PLACEMENT_NAME = "ray.json"  # crawler.run.raydriver's; not imported: that module needs Ray
 CONNECT_CHECK = 5.0  # seconds for the head to accept a connection
 
 
@@ -42,13 +40,9 @@ def check_args(args: argparse.Namespace, data_dir: str) -> int | None:
 
 
 def placed_nodes(data_dir: str) -> list[str]:
-    """The node of each shard of a crawl that ran on Ray ([] for one that did not)."""
-    try:
-        with open(os.path.join(data_dir, PLACEMENT_NAME), encoding="utf-8") as f:
-            nodes = json.load(f).get("nodes", [])
-    except (OSError, ValueError, AttributeError, RecursionError):
-        return []
-    return [str(n) for n in nodes] if isinstance(nodes, list) else []
+    """The node of each shard of a crawl that ran on Ray ([] for one that did not);
+    DataDirError for a damaged ray.json."""
+    return read_placement(data_dir) or []
 
 
 def check_reachable(address: str) -> None:

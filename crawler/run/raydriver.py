@@ -41,13 +41,13 @@ from typing import Any
 
 from ..config import CrawlerConfig
 from ..exceptions import CrawlerError, DataDirError
+from ..state.shards import PLACEMENT_NAME, read_placement
 from .overview import Overview, Round, ShardTally, Summary, quiescent
 from .rayshard import NAMESPACE, ShardActor, actor_name
 from .supervisor import PROBE_INTERVAL, ROUND_TIMEOUT, take_lock
 
 log = logging.getLogger(__name__)
 
-PLACEMENT_NAME = "ray.json"  # crawler.cli.raystart reads it too
 MAX_RESTARTS = 20  # Ray's restarts of one shard's actor in a run
 MAX_CONCURRENCY = 32  # actor methods at once: admits from every sender, reports, controls
 WAIT_LOG_EVERY = 30.0  # seconds between "shard K is down" lines
@@ -147,17 +147,15 @@ class RayDriver(Overview):
         """Each shard's node: recorded in ray.json, or chosen and recorded now."""
 
         path = os.path.join(self.data_dir, PLACEMENT_NAME)
-        try:
-            with open(path, encoding="utf-8") as f:
-                nodes = json.load(f)["nodes"]
-            if len(nodes) != self.count:
-                raise ValueError(f"{len(nodes)} shards placed, not {self.count}")
-        except FileNotFoundError:
+        placed = read_placement(self.data_dir)  # DataDirError when damaged
+        if placed is None:
             alive = sorted({n["NodeManagerAddress"] for n in _alive_nodes()})
             nodes = place(self.count, alive)
             _write_json(path, {"format": 1, "nodes": nodes})
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise DataDirError(f"{path}: unreadable: {exc}") from None
+        elif len(placed) != self.count:
+            raise DataDirError(f"{path}: {len(placed)} shards placed, not {self.count}")
+        else:
+            nodes = placed
         for s, node in zip(self.shards, nodes, strict=True):
             s.node = node
 

@@ -39,6 +39,7 @@ from ..exceptions import DataDirError, ShardCountError
 from ..web.urls import host_key, host_of_netloc, netloc_of
 from .jsonfile import read_json
 
+PLACEMENT_NAME = "ray.json"  # where a crawl on Ray placed its shards
 SHARDS_NAME = "shards.json"
 SHARDS_FORMAT = 1
 _ROUTER_CACHE = 1 << 16  # netlocs remembered by a Router before it starts over
@@ -85,6 +86,23 @@ def read_count(data_dir: str) -> int | None:
     if not 1 <= count <= MAX_SHARDS:
         raise DataDirError(f"{path}: bad shard count {count}: a crawl has 1 to {MAX_SHARDS}")
     return count
+
+
+def read_placement(data_dir: str) -> list[str] | None:
+    """The Ray node of each shard of a crawl that ran on Ray (``ray.json``, written by
+    crawler.run.raydriver), None for a crawl with none. Raises DataDirError, naming the
+    file, when it is damaged: it says where each shard's files are, so a damaged one
+    is never read as "no placement" (a resume would then start empty shards)."""
+    path = os.path.join(data_dir, PLACEMENT_NAME)
+    fix = "fix it: it names the Ray node that holds each shard's files"
+    try:
+        doc = read_json(path, "a Ray placement", fix)
+    except FileNotFoundError:
+        return None
+    nodes = doc.get("nodes") if isinstance(doc, dict) else None
+    if not (isinstance(nodes, list) and nodes and all(isinstance(n, str) and n for n in nodes)):
+        raise DataDirError(f"{path}: not a Ray placement (nodes: {str(nodes)[:80]}): {fix}")
+    return nodes
 
 
 def _whole(value: object) -> TypeGuard[int]:

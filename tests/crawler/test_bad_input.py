@@ -433,6 +433,30 @@ def test_a_damaged_settings_file_is_one_line(
     assert snapshot(tmp_path) == before
 
 
+RAY_DAMAGE = {
+    "a list": "[]",
+    "nodes a string": '{"format": 1, "nodes": "n1"}',
+    "nodes numbers": '{"format": 1, "nodes": [1, 2]}',
+    "no nodes": '{"format": 1, "nodes": []}',
+    "deeply nested": '{"nodes": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    "binary": "\udcff\0",
+    "not json": "{",
+}
+
+
+@pytest.mark.parametrize("damage", sorted(RAY_DAMAGE))
+def test_a_damaged_ray_placement_is_one_line_not_a_local_resume(
+    damage: str, copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ray.json says which Ray node holds each shard's files: damaged, it must not read as
+    "never on Ray" (a resume without --ray would then crawl on with empty shards)."""
+    write_damage(copy / "ray.json", RAY_DAMAGE[damage])
+    before = snapshot(tmp_path)
+    assert main(["start", "--data", str(copy)]) == 1
+    one_error_line(capsys.readouterr().err, str(copy / "ray.json"))
+    assert snapshot(tmp_path) == before
+
+
 STATUS_DAMAGE = {
     "a list": "[]",
     "null": "null",
