@@ -11,7 +11,7 @@ Thread safety: for one thread (numpy memmaps are read-only, but keep it simple).
 
 from __future__ import annotations
 
-import json
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import DataDirError
+from ..state.jsonfile import read_json
 from . import _spill
 from .graph import META_NAME, split_keys
 from .rank import RANK_DIR, RANK_META
@@ -39,17 +40,30 @@ class RankStore:
 
     def __init__(self, data_dir: str) -> None:
         self.dir = os.path.join(data_dir, RANK_DIR)
+        again = f"run python -m crawler rank {data_dir} again"
         try:
-            with open(os.path.join(self.dir, RANK_META), encoding="utf-8") as f:
-                self.meta: dict[str, Any] = json.load(f)
-            with open(os.path.join(self.dir, META_NAME), encoding="utf-8") as f:
-                self.graph: dict[str, Any] = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise DataDirError(f"{self.dir}: not a rank store ({exc}); run "
-                               f"python -m crawler rank {data_dir}") from exc
-        n = int(self.graph["records"])
-        self.n = n
-        self.max_rank = float(self.meta["max_rank"]) or 1.0
+            self.meta: dict[str, Any] = read_json(os.path.join(self.dir, RANK_META),
+                                                  "a rank store's metadata", again)
+            self.graph: dict[str, Any] = read_json(os.path.join(self.dir, META_NAME),
+                                                   "a link graph's metadata", again)
+        except FileNotFoundError as exc:
+            raise DataDirError(f"{self.dir}: not a rank store ({exc.strerror}: "
+                               f"{exc.filename}); {again}") from None
+        n = self.graph.get("records") if isinstance(self.graph, dict) else None
+        top = self.meta.get("max_rank") if isinstance(self.meta, dict) else None
+        if not (isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                and isinstance(top, int | float) and not isinstance(top, bool)
+                and math.isfinite(top)):
+            raise DataDirError(f"{self.dir}: damaged (records {str(n)[:40]}, max_rank "
+                               f"{str(top)[:40]}); {again}")
+        self.n: int = n
+        self.max_rank = float(top) or 1.0
+        try:
+            self._map(n)
+        except (OSError, ValueError) as exc:  # a file missing, or shorter than n records
+            raise DataDirError(f"{self.dir}: damaged ({exc}); {again}") from None
+
+    def _map(self, n: int) -> None:
         self._hi = _spill.memmap(self._path("index.hi.u8"), np.uint64, n)
         self._lo = _spill.memmap(self._path("index.lo.u8"), np.uint64, n)
         self._rid = _spill.memmap(self._path("index.rid.u8"), np.uint64, n)

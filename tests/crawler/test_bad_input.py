@@ -433,6 +433,43 @@ def test_a_damaged_settings_file_is_one_line(
     assert snapshot(tmp_path) == before
 
 
+RANK_DAMAGE = {
+    "rank.json a list": ("rank.json", "[]"),
+    "max_rank a string": ("rank.json", '{"max_rank": "big"}'),
+    "max_rank not finite": ("rank.json", '{"max_rank": NaN}'),
+    "graph.json records negative": ("graph.json", '{"records": -5}'),
+    "graph.json records a float": ("graph.json", '{"records": 2.5}'),
+    "graph.json nested": ("graph.json", '{"records": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+    "graph.json binary": ("graph.json", "\udcff\0"),
+    "rank.f8 cut": ("rank.f8", ""),
+    "rank.json gone": ("rank.json", None),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(RANK_DAMAGE))
+def test_a_damaged_rank_store_is_one_line(
+    damage: str, copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rank store (DIR/rank, written by rank) read by pages --sort rank: damage is
+    one line that says to run rank again."""
+    assert main(["rank", str(copy), "--quiet"]) == 0
+    capsys.readouterr()
+    name, text = RANK_DAMAGE[damage]
+    target = copy / "rank" / name
+    if text is None:
+        target.unlink()
+    else:
+        write_damage(target, text)
+    before = snapshot(tmp_path)
+    assert main(["pages", str(copy), "--sort", "rank", "--limit", "3"]) == 1
+    err = capsys.readouterr().err
+    if damage == "rank.json gone":  # no rank store at all, as before any rank run
+        one_error_line(err, f"{copy} has no ranks", "crawler rank")
+    else:
+        one_error_line(err, str(copy / "rank"), "crawler rank")
+    assert snapshot(tmp_path) == before
+
+
 RAY_DAMAGE = {
     "a list": "[]",
     "nodes a string": '{"format": 1, "nodes": "n1"}',
