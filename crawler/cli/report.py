@@ -13,7 +13,7 @@ from typing import Any
 from ..config import MAX_REFERRERS, MAX_REPORT_ROWS, MAX_SECONDS
 from ..exceptions import CrawlerError
 from ..read import charts
-from ..read._outfile import create, drop, publish
+from ..read._outfile import Outputs
 from ..read.rank import DEFAULT_MAX_ITER, DEFAULT_TOL
 from ..read.report import DEFAULT_LIMIT, DEFAULT_REFERRERS, compute
 from ..read.reporthtml import render
@@ -105,12 +105,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise CrawlerError("the HTML report's charts need matplotlib: pip install "
                            "'kvcrawl[report]' (or use --format json)")
     out = None
-    if args.out is not None:  # an output that cannot be written fails before the long part
-        try:
-            out = create(args.out, "w")  # OUT.part, made exclusively, never through a link
-        except OSError as exc:
-            raise CrawlerError(write_error("cannot write the report", exc)) from exc
+    outputs = Outputs()
     try:
+        if args.out is not None:  # an output that cannot be written fails before the long part
+            out = outputs.create(args.out, "w")  # OUT.part: exclusive, never through a link
         with progressmod.Progress(quiet=args.quiet, interval=args.progress_interval) as progress:
             ranks = progress.phase("pagerank", "iterations", estimated=True)
             report = compute(args.data, **_options(args), progress=progress.phase("report"),
@@ -122,7 +120,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             return 0
         out.write(text)
-        publish(out, args.out)
+        outputs.publish(out, args.out)
         out = None
     except OSError as exc:
         raise CrawlerError(write_error("cannot write the report", exc)) from exc
@@ -130,8 +128,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print("crawler: report interrupted: nothing written", file=sys.stderr)
         return INTERRUPTED
     finally:
-        if out is not None:  # not published: the .part goes
-            drop(out, args.out)
+        if not outputs.finished:  # not published (an error, Ctrl-C anywhere): the .part goes
+            outputs.discard(out)
     logging.getLogger(__name__).info("report of %s written to %s", args.data, args.out)
     return 0
 

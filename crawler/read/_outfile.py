@@ -1,13 +1,16 @@
-"""Output files that are whole or absent: how the export's sinks create, finish and give up
-their files (crawler.read.export).
+"""Output files that are whole or absent: how the export's sinks (crawler.read.export) and
+the report create, finish and give up their files.
 
 A file is written as ``NAME.part`` and renamed ``NAME`` when complete, so a
 file under its final name is whole. The ``.part`` is created exclusively and
-never through a link (:func:`create`). Given up (an error, Ctrl-C), the
-``.part`` is removed, and so are the files already finished by the same
-export (:func:`discard`, each removal logged). An OSError from a write carries
-no file name (a full disk): :func:`naming` gives it the output's, so the
-user is told which output failed.
+never through a link (:func:`create`). An :class:`Outputs` ledger holds every
+file one command makes: it writes the name down *before* the file exists,
+and knows each file by its inode, so a Ctrl-C that lands anywhere (between
+the create and the caller keeping the handle, between the rename and the
+caller noting it) still leaves a file that :meth:`Outputs.discard` finds and
+removes; a file someone else put under the same name is never removed. An
+OSError from a write carries no file name (a full disk): :func:`naming` gives
+it the output's, so the user is told which output failed.
 """
 
 from __future__ import annotations
@@ -63,38 +66,75 @@ def naming(name: str) -> Iterator[None]:
         raise OSError(exc.errno, exc.strerror, name) from exc
 
 
-def publish(out: IO[Any], name: str) -> None:
-    """Close ``name.part`` and rename it ``name``; on failure no ``.part`` is left."""
-    try:
-        with naming(name):
-            out.close()
-            os.replace(name + ".part", name)
-    except BaseException:
-        drop(out, name)
-        raise
+class Outputs:
+    """The files one command writes, to finish one by one or to give up together.
 
+    Each is known by name and inode from the moment it is asked for, before the
+    ``.part`` exists (see the module docstring), so :meth:`discard` removes what
+    was made even when the caller never learned of it. Sinks of one export share
+    one ledger: giving the export up removes all their files.
+    """
 
-def drop(out: IO[Any] | None, name: str) -> None:
-    """Close and remove ``name.part``, which is being given up: what the close would
-    still write (and its error: a full disk) no longer matters."""
-    if out is not None:
+    def __init__(self) -> None:
+        self._made: dict[str, tuple[int, int] | None] = {}  # name -> (dev, inode) of its file
+        self.finished: list[str] = []  # renamed to their final name, in order
+
+    def create(self, name: str, mode: str) -> IO[Any]:
+        """:func:`create` ``name.part``, noted first."""
+        new = name not in self._made
+        self._made.setdefault(name, None)  # an interrupt from here on still finds the .part
         try:
-            out.close()
-        except OSError:
-            pass
-    remove(name + ".part")
+            out = create(name, mode)
+        except OSError:  # refused or failed: nothing was made here
+            if new:
+                del self._made[name]
+            raise
+        st = os.fstat(out.fileno())
+        self._made[name] = (st.st_dev, st.st_ino)
+        return out
+
+    def publish(self, out: IO[Any], name: str) -> None:
+        """Close ``name.part`` and rename it ``name``; on failure no ``.part`` is left."""
+        try:
+            with naming(name):
+                out.close()
+                os.replace(name + ".part", name)
+        except BaseException:
+            _close_quietly(out)
+            self._remove(name + ".part", self._made.get(name))
+            raise
+        self.finished.append(name)
+
+    def discard(self, out: IO[Any] | None = None) -> None:
+        """Give up every file made here: close ``out`` (what it would still write no
+        longer matters, nor its error: a full disk) and remove each ``.part`` and each
+        finished file that is still the one made here. Idempotent."""
+        if out is not None:
+            _close_quietly(out)
+        for name, ident in self._made.items():
+            self._remove(name + ".part", ident)
+            if ident is not None and self._remove(name, ident):
+                log.warning("export: removed %s: the export did not complete", name)
+        self._made.clear()
+        self.finished.clear()
+
+    @staticmethod
+    def _remove(path: str, ident: tuple[int, int] | None) -> bool:
+        """Remove ``path`` if it is the file ``ident`` (None: a ``.part`` made before its
+        inode was known: ours by name, see :func:`create`)."""
+        try:
+            if ident is not None:
+                st = os.lstat(path)
+                if (st.st_dev, st.st_ino) != ident:
+                    return False
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        return True
 
 
-def remove(path: str) -> None:
+def _close_quietly(out: IO[Any]) -> None:
     try:
-        os.unlink(path)
-    except FileNotFoundError:
+        out.close()
+    except OSError:
         pass
-
-
-def discard(files: list[str]) -> None:
-    """Remove the files an export completed before it failed (see the module docstring)."""
-    for name in files:
-        remove(name)
-        log.warning("export: removed %s: the export did not complete", name)
-    files.clear()

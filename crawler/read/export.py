@@ -41,7 +41,7 @@ from ..config import DEFAULT_USER_AGENT
 from ..exceptions import ConfigError
 from ..state.pages import PageRecord
 from ..web.urls import url_key
-from ._outfile import create, discard, drop, naming, publish
+from ._outfile import Outputs, naming
 from .display import printable_json
 from .linkgraph import Resolver
 from .listing import DEFAULT_MAX_TEXT_CHARS, CrawlReader
@@ -103,7 +103,8 @@ class JsonlSink:
 
     def __init__(self, target: str | os.PathLike[str] | IO[str], *, text: bool = False,
                  text_limit: int = DEFAULT_MAX_TEXT_CHARS,
-                 resolver: Resolver | None = None, ranks: RankStore | None = None) -> None:
+                 resolver: Resolver | None = None, ranks: RankStore | None = None,
+                 outputs: Outputs | None = None) -> None:
         self.text, self.text_limit = text, text_limit
         self.resolver = resolver  # outlink keys -> URLs (graph_fields)
         self.ranks = ranks  # rank_fields; closed with the sink
@@ -111,10 +112,11 @@ class JsonlSink:
         self.path: str | None = None  # the file, once it is complete
         self._name: str | None = None
         self._out: IO[str] | None = None
+        self._outputs = outputs if outputs is not None else Outputs()  # see WarcSink
         if isinstance(target, str | os.PathLike):
             self._name = os.fspath(target)
             try:
-                self._out = create(self._name, "w")
+                self._out = self._outputs.create(self._name, "w")
             except BaseException:
                 self.close(complete=False)
                 raise
@@ -152,14 +154,11 @@ class JsonlSink:
                              f"{self.lines:,}", f"{self.bytes:,}")
             return
         if not complete:
-            if out is not None:
-                drop(out, self._name)
-            if self.path is not None:
-                discard([self.path])
-                self.path = None
+            self._outputs.discard(out)
+            self.path = None
             return
         if out is not None:
-            publish(out, self._name)
+            self._outputs.publish(out, self._name)
             self.path = self._name
             log.info("export: wrote %s (%s lines, %s bytes)", self._name, f"{self.lines:,}",
                      f"{self.bytes:,}")
@@ -198,19 +197,23 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
         zsink: WaczSink | None = None
         jsink: JsonlSink | None = None
         sinks: list[WarcSink | WaczSink | JsonlSink] = []
+        outputs = Outputs()  # every file of every sink, from before it exists
         try:
             if warc is not None:
                 wsink = WarcSink(warc, user_agent=user_agent, max_size=max_size,
-                                 revisits=revisits, skip_failures=skip_failures, info=info)
+                                 revisits=revisits, skip_failures=skip_failures, info=info,
+                                 outputs=outputs)
                 sinks.append(wsink)
             if wacz is not None:
                 zsink = WaczSink(wacz, user_agent=user_agent, revisits=revisits,
-                                 skip_failures=skip_failures, info=info, title=f"crawl {name}")
+                                 skip_failures=skip_failures, info=info, title=f"crawl {name}",
+                                 outputs=outputs)
                 sinks.append(zsink)
             if jsonl is not None:
                 ranks = RankStore.open(reader.data_dir)
                 jsink = JsonlSink(jsonl, text=text, text_limit=text_limit, ranks=ranks,
-                                  resolver=Resolver(reader, table=ranks.url if ranks else None))
+                                  resolver=Resolver(reader, table=ranks.url if ranks else None),
+                                  outputs=outputs)
                 sinks.append(jsink)
             for page in reader.pages():
                 stats.pages += 1
@@ -226,6 +229,7 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
         except BaseException:
             for sink in sinks:
                 sink.close(complete=False)
+            outputs.discard()  # a sink made but not yet in sinks (a Ctrl-C as it returned)
             raise
         stats.skipped = reader.skipped
     if wsink is not None:

@@ -46,7 +46,7 @@ from ..config import DEFAULT_USER_AGENT
 from ..state.pages import PageRecord
 from ..web.urls import url_key
 from ._linesort import LineSorter
-from ._outfile import create, discard, drop, naming, publish
+from ._outfile import Outputs, naming
 from .cdxj import cdxj_line
 from .listing import iso_time
 from .warc import WarcSink, software
@@ -99,7 +99,9 @@ class WaczSink:
 
     def __init__(self, path: str | os.PathLike[str], *, user_agent: str = DEFAULT_USER_AGENT,
                  revisits: bool = True, skip_failures: bool = False,
-                 info: dict[str, str] | None = None, title: str = "crawl") -> None:
+                 info: dict[str, str] | None = None, title: str = "crawl",
+                 outputs: Outputs | None = None) -> None:
+        """``outputs``: the ledger of the files made (see WarcSink)."""
         self.path = os.fspath(path)
         self.title = title
         self.description = (info or {}).get("description", "")
@@ -113,8 +115,9 @@ class WaczSink:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._page_lines: IO[bytes] | None = None
         self.warc: WarcSink | None = None
+        self._outputs = outputs if outputs is not None else Outputs()
         try:
-            self._out = create(self.path, "wb")
+            self._out = self._outputs.create(self.path, "wb")
             self._zip = zipfile.ZipFile(self._out, "w", allowZip64=True)
             self._tmp = tempfile.TemporaryDirectory(prefix="kvcrawl-wacz-")
             self._index = LineSorter(self._tmp.name)
@@ -217,7 +220,7 @@ class WaczSink:
         assert self._out is not None
         out, self._out = self._out, None
         size = out.tell()
-        publish(out, self.path)
+        self._outputs.publish(out, self.path)
         self.file, self.bytes = self.path, size
         log.info("export: wrote %s (%s records, %s bytes)", self.path,
                  f"{self.warc.records:,}", f"{size:,}")
@@ -252,12 +255,9 @@ class WaczSink:
             except (OSError, ValueError):
                 pass
         self._entry = self._zip = None
-        if self._out is not None:
-            drop(self._out, self.path)
-            self._out = None
-        if self.file is not None:  # complete, but another output of the export failed
-            discard([self.file])
-            self.file = None
+        out, self._out = self._out, None
+        self._outputs.discard(out)  # complete or not (another output of the export failed)
+        self.file = None
 
 
 def _resource(path: str, written: _Counted) -> dict[str, Any]:

@@ -76,7 +76,7 @@ from ..exceptions import ConfigError
 from ..net.decoding import ACCEPT_ENCODING
 from ..net.fetch import DEFAULT_ACCEPT
 from ..state.pages import PageRecord
-from ._outfile import create, discard, drop, naming, publish
+from ._outfile import Outputs, naming
 from .listing import iso_time
 
 log = logging.getLogger(__name__)
@@ -204,10 +204,11 @@ class WarcSink:
                  max_size: int | None = None, revisits: bool = True,
                  skip_failures: bool = False, info: dict[str, str] | None = None,
                  stream: Output | None = None, label: str | None = None,
-                 on_record: RecordHook | None = None) -> None:
+                 on_record: RecordHook | None = None, outputs: Outputs | None = None) -> None:
         """``stream``: write there (it must have ``tell``) instead of a file named
         ``path``, which then only names the WARC in its warcinfo; ``label`` names the
-        output in errors (default: ``path``)."""
+        output in errors (default: ``path``). ``outputs``: the ledger of the files made,
+        shared by an export's sinks (given up together); by default the sink's own."""
         if max_size is not None and max_size <= 0:
             raise ConfigError(f"max_size must be > 0, got {max_size}")
         if stream is not None and max_size is not None:
@@ -221,6 +222,7 @@ class WarcSink:
         self.files: list[str] = []  # completed files, in order (none for a stream)
         self.bytes = self.records = self.revisits = 0
         self._stream, self._label, self._on_record = stream, label, on_record
+        self._outputs = outputs if outputs is not None else Outputs()
         # (record id, date, URI) of the response record that holds the body of the
         # page last written: the response itself, or the one its revisit refers to.
         self._holder = ("", "", "")
@@ -249,7 +251,7 @@ class WarcSink:
         self._finish_file()
         self._name = self.path if self.max_size is None else split_name(self.path, len(self.files))
         if self._stream is None:
-            self._file = create(self._name, "wb")
+            self._file = self._outputs.create(self._name, "wb")
         self._out = self._stream or self._file
         self._writer.out = self._out
         info = self._writer.create_warcinfo_record(os.path.basename(self._name), self.info)
@@ -265,7 +267,7 @@ class WarcSink:
         if file is None:  # the caller's stream: it closes and names it
             self.bytes += size
             return
-        publish(file, self._name)
+        self._outputs.publish(file, self._name)
         self.bytes += size
         self.files.append(self._name)
         log.info("export: wrote %s (%s records, %s bytes)", self._name,
@@ -389,10 +391,9 @@ class WarcSink:
             raise
         finally:
             if not complete:
-                if self._file is not None:
-                    drop(self._file, self._name)
-                self._out = self._file = None
-                discard(self.files)
+                file, self._out, self._file = self._file, None, None
+                self._outputs.discard(file)  # every file, even one made but not yet kept here
+                self.files.clear()
             if self._seen is not None:
                 self._seen.abandon()  # a scratch store: no fsync, no saved index
                 self._seen = None
