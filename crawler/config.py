@@ -149,6 +149,11 @@ class CrawlerConfig:
     allow_private_ips: bool = False
     sync_interval: float = DEFAULT_SYNC_INTERVAL
     ca_bundle: str | None = None
+    # --header lines sent with every request, as (name, value), checked by
+    # crawler.net.auth.parse_header; --netrc: the credentials file's path (its secrets
+    # are read by each shard, never kept here: a config is logged and saved)
+    headers: tuple[tuple[str, str], ...] = ()
+    netrc: str | None = None
     obey_robots: bool = True
     broad: bool = False
     allow_domains: tuple[str, ...] = ()

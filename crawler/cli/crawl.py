@@ -21,6 +21,7 @@ from ..config import (
     CrawlerConfig,
 )
 from ..exceptions import CrawlerError, DataDirError, ShardCountError, URLError, UsageError
+from ..net.auth import load_netrc
 from ..run.hints import explain
 from ..state.settings import SETTINGS_NAME, load_settings, save_settings, settings_path
 from ..state.shards import default_count, open_layout, read_count
@@ -225,6 +226,8 @@ def _start(args: argparse.Namespace, interrupts: Interrupts) -> int:
     _check_threads(settings["threads"], shards, "threads" in given, settings_path(data_dir))
     if settings["ca_bundle"] and not os.access(settings["ca_bundle"], os.R_OK):
         raise CrawlerError(f"--ca-bundle {settings['ca_bundle']}: no such readable file")
+    if settings["netrc"]:  # read now so a mistake in it is one line before anything is written
+        load_netrc(settings["netrc"])
     old_seeds = _read_seeds(data_dir)
     new_seeds = [s for s in _normalized_seeds(args) if s not in old_seeds]
     all_seeds = old_seeds + new_seeds

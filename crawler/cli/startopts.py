@@ -17,6 +17,7 @@ from typing import Any
 from .. import config as cfgmod
 from ..config import MAX_SECONDS
 from ..exceptions import DataDirError
+from ..net.auth import parse_header
 from ._common import SAVED_AS, age, count, number, size, size_in
 
 
@@ -48,6 +49,15 @@ def sitemap_mode(value: str) -> str:
             f"not a sitemap mode: {value!r} (give {', '.join(cfgmod.SITEMAP_MODES)})"
         )
     return value
+
+
+def request_header(value: str) -> str:
+    """One --header line, checked (crawler.net.auth) and written back as 'Name: value'."""
+    try:
+        name, text = parse_header(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return f"{name}: {text}"
 
 
 def header_value(value: str) -> str:
@@ -95,6 +105,12 @@ OPTIONS: tuple[Opt, ...] = (
         "CA certificates (PEM) to verify HTTPS against (default: the system's)", "FILE"),
     Opt("user_agent", "--user-agent", header_value, cfgmod.DEFAULT_USER_AGENT,
         "the User-Agent sent, and the name robots.txt groups are matched with", "STRING"),
+    Opt("header", "--header", "list", [],
+        "a header sent with every request, repeatable; one named like ours (Accept) "
+        "replaces it; credentials go in --netrc", "'NAME: VALUE'"),
+    Opt("netrc", "--netrc", str, None,
+        "credentials per host (Basic, or Bearer with 'account bearer'), sent to that host "
+        "over https only; the file is read at each start, never copied", "FILE"),
     Opt("ignore_robots", "--ignore-robots", "bool", False, "do not fetch or obey robots.txt"),
     Opt("broad", "--broad", "bool", False,
         "follow links to any host (default: the seeds' hosts only)", group="scope"),
@@ -165,6 +181,7 @@ OPTIONS: tuple[Opt, ...] = (
     )
 )
 BY_NAME = {o.name: o for o in OPTIONS}
+_LIST_ITEMS: dict[str, Any] = {"nameserver": nameserver, "header": request_header}
 DEFAULTS: dict[str, Any] = {o.name: o.default for o in OPTIONS}
 
 _GROUPS = {
@@ -194,7 +211,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         if opt.kind == "bool":
             target.add_argument(opt.flag, action=argparse.BooleanOptionalAction, **common)
         elif opt.kind == "list":
-            kind = nameserver if opt.name == "nameserver" else str
+            kind = _LIST_ITEMS.get(opt.name, str)
             target.add_argument(opt.flag, action="append", type=kind, metavar=opt.metavar, **common)
         else:
             target.add_argument(opt.flag, type=opt.kind, metavar=opt.metavar, **common)
@@ -203,8 +220,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 def given_options(args: argparse.Namespace) -> dict[str, Any]:
     """The saved options typed on this command line (absolute paths for files)."""
     given = {o.name: getattr(args, o.name) for o in OPTIONS if hasattr(args, o.name)}
-    if given.get("ca_bundle"):
-        given["ca_bundle"] = os.path.abspath(given["ca_bundle"])
+    for name in ("ca_bundle", "netrc"):
+        if given.get(name):
+            given[name] = os.path.abspath(given[name])
     return given
 
 
@@ -230,7 +248,7 @@ def _saved_problem(opt: Opt, value: Any) -> str | None:
             return f"{brief} is not a list of strings"
         try:
             for item in value:
-                (nameserver if opt.name == "nameserver" else str)(item)
+                _LIST_ITEMS.get(opt.name, str)(item)
         except argparse.ArgumentTypeError as exc:
             return str(exc)
         return None
@@ -275,6 +293,7 @@ def config_fields(settings: dict[str, Any]) -> dict[str, Any]:
         "allow_regex": tuple(s.pop("allow_regex")),
         "deny_regex": tuple(s.pop("deny_regex")),
         "render_js": tuple(s.pop("render_js")),
+        "headers": tuple(parse_header(h) for h in s.pop("header")),
         "store_types": tuple(
             t.strip().lower() for item in s.pop("store_types") for t in item.split(",") if t.strip()
         ),

@@ -77,6 +77,7 @@ from ..config import (  # the one place of every default a crawl is configured w
 from ..exceptions import ConfigError, FetchError, URLError
 from ..web.urls import DEFAULT_PORTS, URL, host_key
 from . import decoding
+from .auth import Credentials, merge_headers
 from .connections import (
     Connection,
     ConnectionPool,
@@ -250,7 +251,12 @@ class Fetcher:
         pool_maxsize: int = DEFAULT_POOL_MAXSIZE,
         max_header_value: int = DEFAULT_MAX_HEADER_VALUE,
         accept: str = DEFAULT_ACCEPT,
+        added_headers: tuple[tuple[str, str], ...] = (),
+        credentials: Credentials | None = None,
     ) -> None:
+        """``added_headers``: the user's lines (--header, checked by
+        crawler.net.auth.parse_header), sent with every request; ``credentials``: the
+        Authorization to send each host over https (--netrc)."""
         for name, value in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout),
                             ("total_timeout", total_timeout), ("max_body_bytes", max_body_bytes),
                             ("max_decoded_bytes", max_decoded_bytes),
@@ -265,8 +271,10 @@ class Fetcher:
         self._max_body = max_body_bytes
         self._max_decoded = max_decoded_bytes
         self._max_header = max_header_value
-        self._headers = (("User-Agent", user_agent), ("Accept", accept),
-                         ("Accept-Encoding", decoding.ACCEPT_ENCODING))
+        self._headers = merge_headers((("User-Agent", user_agent), ("Accept", accept),
+                                       ("Accept-Encoding", decoding.ACCEPT_ENCODING)),
+                                      added_headers)
+        self._credentials = credentials
         self._ssl = _ssl_context(ca_bundle)
         self._dog = Watchdog()
         self._pool = ConnectionPool(origins=pool_connections, per_origin=pool_maxsize)
@@ -356,6 +364,9 @@ class Fetcher:
                 h.putheader("Host", req.netloc)
                 for name, value in self._headers + extra:
                     h.putheader(name, value)
+                auth = self._credentials and self._credentials.header_for(req.scheme, req.host)
+                if auth:
+                    h.putheader("Authorization", auth)
                 h.endheaders()
                 conn.sent += 1
                 return conn, h.getresponse()

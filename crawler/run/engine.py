@@ -59,6 +59,7 @@ from typing import Any
 from .. import outcomes
 from ..config import CrawlerConfig, Scope
 from ..exceptions import CrawlerError, DataDirError, DiskFullError, URLError
+from ..net.auth import load_netrc
 from ..net.dnscache import DNSCache
 from ..net.fetch import READ_CHUNK, Fetcher
 from ..state.badhosts import BadHosts
@@ -135,6 +136,8 @@ class Engine:
         self.budget = MemoryBudget(config.memory_budget or 2 * largest, largest)
         return_large_blocks()  # so that freed bodies leave the process (crawler.run.budget)
         self.counters = Counters()
+        # read here, by each shard, so no secret travels in a config or a settings file
+        self.credentials = load_netrc(config.netrc) if config.netrc else None
         self.fetcher = self._fetcher(config.max_body_bytes, config.max_decoded_bytes)
         self.robots_fetcher = self._fetcher(ROBOTS_FETCH_BYTES, ROBOTS_FETCH_BYTES)
         self.scheduler = Scheduler(
@@ -193,6 +196,8 @@ class Engine:
             max_body_bytes=max_body_bytes,
             max_decoded_bytes=max_decoded_bytes,
             ca_bundle=cfg.ca_bundle,
+            added_headers=cfg.headers,
+            credentials=self.credentials,
         )
 
     # -- seeds ----------------------------------------------------------------

@@ -38,6 +38,9 @@ class Request:
     sni: str | None = None  # TLS server name the client sent
     agent: str = ""  # the User-Agent header ("" when none was sent)
     encoding: str | None = None  # the Content-Encoding of the answer (None: identity)
+    # request headers beyond the ones every crawler request has (OWN_HEADERS), as
+    # (lowercase name, value) in the order sent: --header lines, Authorization
+    other: tuple[tuple[str, str], ...] = ()
 
     @property
     def url(self) -> str:
@@ -46,6 +49,11 @@ class Request:
     @property
     def path(self) -> str:
         return self.target.partition("?")[0]
+
+
+# Request headers not kept in Request.other: what the crawler sends with every request.
+OWN_HEADERS = frozenset({"host", "user-agent", "accept", "accept-encoding", "connection",
+                         "if-none-match", "if-modified-since", "content-length"})
 
 
 class RequestLog:
@@ -167,5 +175,6 @@ class RequestLog:
         for line in src:
             if line.strip():
                 data = json.loads(line)
+                data["other"] = tuple(map(tuple, data.get("other", ())))
                 log.add(Request(**{k: v for k, v in data.items() if k in names}))
         return log

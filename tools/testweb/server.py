@@ -39,7 +39,7 @@ from .encodings import BOMBS, bomb, chosen, encode
 from .faults import Fault
 from .hostile_pages import filler
 from .model import Node
-from .requestlog import Request, RequestLog
+from .requestlog import OWN_HEADERS, Request, RequestLog
 from .site import Site
 from .sitemapped import padding
 from .tls import SNI_ATTR
@@ -266,10 +266,14 @@ class WebServer:
             lines = head.decode("latin-1").split("\r\n")
             method, target, version = lines[0].split(" ")
             headers: dict[str, str] = {}
+            other: list[tuple[str, str]] = []
             for line in lines[1:]:
                 if line:
                     name, _, value = line.partition(":")
-                    headers[name.strip().lower()] = value.strip()
+                    name, value = name.strip().lower(), value.strip()
+                    headers[name] = value
+                    if name not in OWN_HEADERS:
+                        other.append((name, value))
             length = int(headers.get("content-length", "0"))
         except ValueError:
             await self._simple(writer, 400, close=True)
@@ -289,7 +293,7 @@ class WebServer:
         conn_hdr = headers.get("connection", "").lower()
         keep = "close" not in conn_hdr and (version == "HTTP/1.1" or "keep-alive" in conn_hdr)
         rec = Request(conn, scheme, port, host, target, method, time.time(), sni=sni,
-                      agent=headers.get("user-agent", ""))
+                      agent=headers.get("user-agent", ""), other=tuple(other))
         self.log.add(rec)
         if method not in ("GET", "HEAD"):
             await self._send(writer, rec, 405, [("Allow", "GET, HEAD")], b"", keep, head_only=False)
