@@ -40,9 +40,20 @@ log = logging.getLogger(__name__)
 NGINX_MIME = "/etc/nginx/mime.types"  # Debian's path
 
 
+# The Brotli filter of Debian's libnginx-mod-http-brotli-filter (``codings`` "br").
+BROTLI_MODULE = "/usr/lib/nginx/modules/ngx_http_brotli_filter_module.so"
+# What ``access_log`` writes for each request: tab-separated, one line each.
+ACCESS_FIELDS = ("$host", "$request_uri", "$status", "$server_protocol",
+                 "$sent_http_content_encoding", "$body_bytes_sent")
+
+
 def export(graph: Graph, directory: str | Path, *, http_port: int = 8080,
-           https_port: int = 8443, address: str = "127.0.0.1") -> Path:
-    """Write the site under ``directory``; returns the nginx.conf path."""
+           https_port: int = 8443, address: str = "127.0.0.1",
+           codings: tuple[str, ...] = (), access_log: bool = False) -> Path:
+    """Write the site under ``directory``; returns the nginx.conf path. ``codings``:
+    "gzip" and/or "br" turn on nginx's filters for HTML (compressed on the fly, as a
+    real site's nginx does; "br" needs :data:`BROTLI_MODULE`). ``access_log``: log each
+    request to logs/access.log (:data:`ACCESS_FIELDS`)."""
     root = Path(directory).resolve()
     site = Site(graph, http_port=http_port, https_port=https_port if graph.config.tls else None)
     www = root / "www"
@@ -69,7 +80,22 @@ def export(graph: Graph, directory: str | Path, *, http_port: int = 8080,
             tls.close()
     blocks = [_server_block(site, i, www, address, tls_paths) for i in range(graph.config.hosts)]
     conf = root / "nginx.conf"
-    conf.write_text(_NGINX_HEAD.format(root=root, mime=NGINX_MIME) + "".join(blocks) + "}\n")
+    unknown = set(codings) - {"gzip", "br"}
+    if unknown:
+        raise ValueError(f"nginx compresses with gzip or br, not {sorted(unknown)}")
+    head = (f"load_module {BROTLI_MODULE};\n" if "br" in codings else "") + _NGINX_HEAD.format(
+        root=root, mime=NGINX_MIME)
+    if "gzip" in codings:
+        head += "    gzip on;\n    gzip_min_length 1;\n"  # text/html is in its types
+    if "br" in codings:
+        head += "    brotli on;\n    brotli_min_length 1;\n"
+    if access_log:
+        fields = "\\t".join(ACCESS_FIELDS)
+        head += (f"    log_format fields '{fields}';\n"
+                 f"    access_log {root}/logs/access.log fields;\n")
+    else:
+        head += "    access_log off;\n"  # a benchmark's server does no more than serve
+    conf.write_text(head + "".join(blocks) + "}\n")
     (root / "hosts").write_text(
         "".join(f"127.0.0.1 {g.host_name(i)}\n" for i in range(graph.config.hosts))
     )
@@ -90,7 +116,6 @@ events {{ worker_connections 16384; }}
 http {{
     include {mime};
     default_type application/octet-stream;
-    access_log off;
     sendfile on;
     tcp_nopush on;
 """
