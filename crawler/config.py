@@ -154,6 +154,7 @@ class CrawlerConfig:
     # are read by each shard, never kept here: a config is logged and saved)
     headers: tuple[tuple[str, str], ...] = ()
     netrc: str | None = None
+    http2: bool = False  # offer HTTP/2 to https hosts (crawler.net.h2session)
     obey_robots: bool = True
     broad: bool = False
     allow_domains: tuple[str, ...] = ()

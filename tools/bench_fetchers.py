@@ -16,7 +16,9 @@ what the crawler's GIL-bound shard would spend), and peak RSS. The medians of
 
 Clients:
 
-- ``ours``: crawler.net.fetch.Fetcher (http.client, our pool and watchdog); HTTP/1.1 only.
+- ``ours``: crawler.net.fetch.Fetcher (http.client, our pool and watchdog); on the h2
+  port with ``http2=True`` (crawler.net.h2session: the ``h2`` package, one stream at a
+  time per connection, as ``start --http2`` crawls).
 - ``pycurl``: libcurl (the manylinux wheel: nghttp2, OpenSSL), one easy handle per
   thread, reused (its connection cache); Python callbacks for headers and body, as the
   crawler's limits need.
@@ -105,7 +107,7 @@ def _client_ours(args: argparse.Namespace) -> Any:
     from crawler.net.fetch import Fetcher
 
     f = Fetcher(user_agent=UA, resolve=lambda host: "127.0.0.1", ca_bundle=args.ca,
-                max_body_bytes=LIMIT, max_decoded_bytes=LIMIT)
+                max_body_bytes=LIMIT, max_decoded_bytes=LIMIT, http2=args.protocol == "h2")
 
     def fetch(url: str) -> tuple[int, int, str]:
         r = f.fetch(url)
@@ -299,8 +301,6 @@ def main() -> int:
             for rep in range(args.repeat):
                 for protocol in protocols:
                     for client in clients:
-                        if client == "ours" and protocol == "h2":
-                            continue  # HTTP/1.1 only
                         r = run_client(args, client, protocol, ports[protocol],
                                        str(work / "ca.pem"))
                         runs.setdefault((client, protocol), []).append(r)

@@ -111,6 +111,9 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("netrc", "--netrc", str, None,
         "credentials per host (Basic, or Bearer with 'account bearer'), sent to that host "
         "over https only; the file is read at each start, never copied", "FILE"),
+    Opt("http2", "--http2", "bool", False,
+        "offer HTTP/2 to https hosts (ALPN; a host that declines gets HTTP/1.1); one "
+        "request at a time on a connection, so --per-host still bounds what is in flight"),
     Opt("ignore_robots", "--ignore-robots", "bool", False, "do not fetch or obey robots.txt"),
     Opt("broad", "--broad", "bool", False,
         "follow links to any host (default: the seeds' hosts only)", group="scope"),

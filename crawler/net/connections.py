@@ -1,11 +1,13 @@
-"""HTTP/1.1 connections opened to a resolved IP, and the pool of idle kept-alive ones.
+"""HTTP/1.1 and HTTP/2 connections opened to a resolved IP, and the pool of idle ones.
 
 A :class:`Connection` is an ``http.client`` connection whose socket we open
 ourselves: TCP to the IP the crawler's DNS cache gave (http.client would
 resolve the name itself), then TLS with the host *name* as SNI and for the
 certificate check (our SSLContext: CERT_REQUIRED, hostname check). The name
 also goes into the Host header. ``auto_open`` is off, so http.client can
-never open a connection (or look a name up) on its own.
+never open a connection (or look a name up) on its own. A TLS connection whose
+handshake chose ``h2`` (ALPN, when the fetcher offers it) carries an
+:class:`~crawler.net.h2session.H2Session` instead, used one stream at a time.
 
 :class:`ConnectionPool` keeps idle connections per origin (scheme, host,
 port): at most ``per_origin`` each, and at most ``origins`` origins, least
@@ -26,25 +28,45 @@ import ssl
 import threading
 from collections import OrderedDict
 
+from .h2session import ALPN_H2, H2Session
+
 Origin = tuple[str, str, int]  # (scheme, host, port)
 
 
 class Connection:
-    """One open connection (used by one thread at a time)."""
+    """One open connection (used by one thread at a time): ``http`` for HTTP/1.1, or
+    ``h2`` for HTTP/2."""
 
-    __slots__ = ("http", "ip", "sent")
+    __slots__ = ("h2", "http", "ip", "sent")
 
-    def __init__(self, conn: http.client.HTTPConnection, ip: str) -> None:
+    def __init__(self, conn: http.client.HTTPConnection, ip: str,
+                 h2: H2Session | None = None) -> None:
         self.http = conn
+        self.h2 = h2
         self.ip = ip
         self.sent = 0  # requests sent on it
 
     @property
     def sock(self) -> socket.socket | None:
+        if self.h2 is not None:
+            return self.h2.sock if self.h2.usable else None
         sock: socket.socket | None = self.http.sock
         return sock
 
+    @property
+    def protocol(self) -> str:
+        """The protocols spoken, as WARC-Protocol names them: "h2 tls/1.3",
+        "http/1.1 tls/1.2", or "" for plain HTTP/1.1."""
+        sock = self.h2.sock if self.h2 is not None else self.http.sock
+        version = sock.version() if isinstance(sock, ssl.SSLSocket) else None
+        if not version:
+            return ""
+        tls = version.lower().replace("tlsv", "tls/")
+        return f"{ALPN_H2 if self.h2 is not None else 'http/1.1'} {tls}"
+
     def close(self) -> None:
+        if self.h2 is not None:
+            self.h2.close()
         self.http.close()
 
 
@@ -72,14 +94,17 @@ def wrap_tls(sock: socket.socket, host: str, context: ssl.SSLContext) -> ssl.SSL
 
 
 def make_connection(origin: Origin, sock: socket.socket, ip: str) -> Connection:
-    """Wrap a connected (and for https, TLS) socket for ``origin``."""
+    """Wrap a connected (and for https, TLS) socket for ``origin``: HTTP/2 when its TLS
+    handshake chose h2."""
     _, host, port = origin
     # Plain HTTPConnection for https too: the socket is already TLS, the Host
     # header is ours, and HTTPSConnection() would build (and load CAs into) a
     # fresh SSLContext each time, ~50 ms under the GIL.
     conn = http.client.HTTPConnection(host, port)
-    conn.sock = sock
     conn.auto_open = 0  # never connect (or resolve a name) by itself
+    if isinstance(sock, ssl.SSLSocket) and sock.selected_alpn_protocol() == ALPN_H2:
+        return Connection(conn, ip, H2Session(sock))  # conn keeps no socket: never used
+    conn.sock = sock
     return Connection(conn, ip)
 
 

@@ -86,6 +86,7 @@ from .connections import (
     make_connection,
     wrap_tls,
 )
+from .h2session import ALPN_H2, H2Response
 from .watchdog import Watch, Watchdog
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,7 @@ class FetchResult:
     truncate_reason: str | None = None  # "too_large" | "decompression_bomb"
     redirect: str | None = None  # absolute Location of a 3xx
     http_version: str = "HTTP/1.1"
+    protocol: str = ""  # as WARC-Protocol says it: "h2 tls/1.3", "http/1.1 tls/1.2", ""
 
 
 # -- pure helpers ----------------------------------------------------------------------
@@ -221,8 +223,13 @@ def _request_of(url: str) -> URL:
     return URL(url, scheme, host, port, target, host_key(host))
 
 
-def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
+Response = http.client.HTTPResponse | H2Response
+
+
+def _ssl_context(ca_bundle: str | None, http2: bool = False) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)  # CERT_REQUIRED, hostname check
+    if http2:  # offered in the handshake; the server chooses (h2 needs TLS 1.2 or later)
+        ctx.set_alpn_protocols([ALPN_H2, "http/1.1"])
     try:
         ctx.load_verify_locations(ca_bundle or certifi.where())
     except (OSError, ssl.SSLError) as exc:
@@ -253,10 +260,12 @@ class Fetcher:
         accept: str = DEFAULT_ACCEPT,
         added_headers: tuple[tuple[str, str], ...] = (),
         credentials: Credentials | None = None,
+        http2: bool = False,
     ) -> None:
         """``added_headers``: the user's lines (--header, checked by
         crawler.net.auth.parse_header), sent with every request; ``credentials``: the
-        Authorization to send each host over https (--netrc)."""
+        Authorization to send each host over https (--netrc); ``http2``: offer h2 in
+        the TLS handshake of https connections (crawler.net.h2session)."""
         for name, value in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout),
                             ("total_timeout", total_timeout), ("max_body_bytes", max_body_bytes),
                             ("max_decoded_bytes", max_decoded_bytes),
@@ -275,7 +284,7 @@ class Fetcher:
                                        ("Accept-Encoding", decoding.ACCEPT_ENCODING)),
                                       added_headers)
         self._credentials = credentials
-        self._ssl = _ssl_context(ca_bundle)
+        self._ssl = _ssl_context(ca_bundle, http2)
         self._dog = Watchdog()
         self._pool = ConnectionPool(origins=pool_connections, per_origin=pool_maxsize)
         self._closed = False
@@ -344,12 +353,16 @@ class Fetcher:
                 raise self._fail(url, w, exc, "tls") from exc
             self._dog.attach(w, sock)
         sock.settimeout(self._read_timeout)
-        return make_connection(origin, sock, ip)
+        try:
+            return make_connection(origin, sock, ip)  # HTTP/2 sends its preface here
+        except (OSError, http.client.HTTPException) as exc:
+            sock.close()
+            raise self._fail(url, w, exc, "response") from exc
 
     def _send(
         self, url: str, req: URL, origin: Origin, ip: str, w: Watch,
         extra: tuple[tuple[str, str], ...] = (),
-    ) -> tuple[Connection, http.client.HTTPResponse]:
+    ) -> tuple[Connection, Response]:
         """Send the GET and read the status line and headers."""
         for attempt in (1, 2):
             conn = self._pool.take(origin) if attempt == 1 else None
@@ -359,14 +372,17 @@ class Fetcher:
             elif conn.sock is not None:
                 self._dog.attach(w, conn.sock)
             try:
+                auth = self._credentials and self._credentials.header_for(req.scheme, req.host)
+                sent = self._headers + extra + ((("Authorization", auth),) if auth else ())
+                if conn.h2 is not None:
+                    answer = conn.h2.get(req.netloc, req.target, sent)
+                    conn.sent += 1
+                    return conn, answer
                 h = conn.http
                 h.putrequest("GET", req.target, skip_host=True, skip_accept_encoding=True)
                 h.putheader("Host", req.netloc)
-                for name, value in self._headers + extra:
+                for name, value in sent:
                     h.putheader(name, value)
-                auth = self._credentials and self._credentials.header_for(req.scheme, req.host)
-                if auth:
-                    h.putheader("Authorization", auth)
                 h.endheaders()
                 conn.sent += 1
                 return conn, h.getresponse()
@@ -422,9 +438,10 @@ class Fetcher:
             url=url, status=resp.status, headers=headers, body=body, ip=conn.ip,
             started=started, elapsed=time.monotonic() - t0, wire_bytes=wire,
             truncated=reason is not None, truncate_reason=reason, redirect=redirect,
-            http_version=_VERSIONS.get(resp.version, f"HTTP/{resp.version}"))
+            http_version=_VERSIONS.get(resp.version, f"HTTP/{resp.version}"),
+            protocol=conn.protocol)
 
-    def _read_body(self, resp: http.client.HTTPResponse, coding: str | None,
+    def _read_body(self, resp: Response, coding: str | None,
                    lease: Lease | None = None) -> tuple[bytes, int, str | None]:
         """Stream the body within both limits: (body, wire bytes, truncate reason)."""
         decoder = decoding.decoder_for(coding)

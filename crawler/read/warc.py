@@ -337,6 +337,11 @@ class WarcSink:
         req = w.create_warc_record(page.url, "request",
                                    http_headers=request_headers(page.url, self.user_agent),
                                    warc_headers_dict=dict(base))
+        # WARC-Protocol (as Common Crawl writes it: one header each, "h2", "tls/1.3"); the
+        # HTTP block keeps an HTTP/1.1-style status line, whatever the protocol was
+        for proto in page.protocol.split():
+            resp.rec_headers.add_header("WARC-Protocol", proto)
+            req.rec_headers.add_header("WARC-Protocol", proto)
         self._emit_pair(req, resp)
         if not page.dom:  # not rendered, or the render was cut: nothing to convert
             return 2

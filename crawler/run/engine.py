@@ -198,6 +198,7 @@ class Engine:
             ca_bundle=cfg.ca_bundle,
             added_headers=cfg.headers,
             credentials=self.credentials,
+            http2=cfg.http2,
         )
 
     # -- seeds ----------------------------------------------------------------

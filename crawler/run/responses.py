@@ -161,6 +161,7 @@ class ResponseReader:
             "truncated": r.truncate_reason or "",
             "noindex": noindex,
             "elapsed": round(r.elapsed, 6),
+            "protocol": r.protocol,
             "links": links,
             "body": r.body if keep_body else b"",
         }

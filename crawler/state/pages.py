@@ -78,6 +78,9 @@ class PageRecord:
     # start --revisit-after: seconds after ``fetched_at`` that the page is due again
     # (crawler.state.due says the rule); 0: not revisited.
     revisit_interval: float = 0.0
+    # The protocols of the fetch, as WARC-Protocol names them: "h2 tls/1.3",
+    # "http/1.1 tls/1.2"; "" for plain HTTP/1.1 (and records from before it was kept).
+    protocol: str = ""
     body: bytes = b""
 
     def header_dict(self) -> dict[str, Any]:
@@ -111,7 +114,7 @@ class PageRecord:
 
 
 _HEADER_FIELDS = tuple(f.name for f in fields(PageRecord) if f.name not in ("body", "links", "dom"))
-_OPTIONAL_FIELDS = ("render", "revisit", "revisit_of", "revisit_interval")
+_OPTIONAL_FIELDS = ("render", "revisit", "revisit_of", "revisit_interval", "protocol")
 
 
 def pack_links(follow: Iterable[str], nofollow: Iterable[str] = (), *,

@@ -49,11 +49,13 @@ ACCESS_FIELDS = ("$host", "$request_uri", "$status", "$server_protocol",
 
 def export(graph: Graph, directory: str | Path, *, http_port: int = 8080,
            https_port: int = 8443, address: str = "127.0.0.1",
-           codings: tuple[str, ...] = (), access_log: bool = False) -> Path:
+           codings: tuple[str, ...] = (), access_log: bool = False,
+           http2: bool = False) -> Path:
     """Write the site under ``directory``; returns the nginx.conf path. ``codings``:
     "gzip" and/or "br" turn on nginx's filters for HTML (compressed on the fly, as a
     real site's nginx does; "br" needs :data:`BROTLI_MODULE`). ``access_log``: log each
-    request to logs/access.log (:data:`ACCESS_FIELDS`)."""
+    request to logs/access.log (:data:`ACCESS_FIELDS`). ``http2``: the HTTPS hosts
+    offer h2 (ALPN) besides HTTP/1.1."""
     root = Path(directory).resolve()
     site = Site(graph, http_port=http_port, https_port=https_port if graph.config.tls else None)
     www = root / "www"
@@ -78,7 +80,8 @@ def export(graph: Graph, directory: str | Path, *, http_port: int = 8080,
             tls_paths = tls.write(root / "tls")
         finally:
             tls.close()
-    blocks = [_server_block(site, i, www, address, tls_paths) for i in range(graph.config.hosts)]
+    blocks = [_server_block(site, i, www, address, tls_paths, http2)
+              for i in range(graph.config.hosts)]
     conf = root / "nginx.conf"
     unknown = set(codings) - {"gzip", "br"}
     if unknown:
@@ -135,13 +138,15 @@ _NGINX_HEAD += NGINX_HTTP_COMMON
 
 
 def _server_block(site: Site, index: int, www: Path, address: str,
-                  tls: dict[str, Path] | None) -> str:
+                  tls: dict[str, Path] | None, http2: bool = False) -> str:
     name = g.host_name(index)
     host = site.hosts[name]
     if host.scheme == "https":
         assert tls is not None and site.https_port is not None
-        listen = (f"    listen {address}:{site.https_port} ssl;\n"
-                  f"    ssl_certificate {tls['cert']};\n    ssl_certificate_key {tls['key']};\n")
+        h2 = " http2" if http2 else ""  # nginx 1.22's form (Debian 12)
+        listen = (f"    listen {address}:{site.https_port} ssl{h2};\n"
+                  f"    ssl_certificate {tls['cert']};\n    ssl_certificate_key {tls['key']};\n"
+                  "    ssl_protocols TLSv1.2 TLSv1.3;\n")  # nginx 1.22 leaves out 1.3
     else:
         listen = f"    listen {address}:{site.http_port};\n"
     lines = [f"  server {{\n{listen}    server_name {name};\n    root {www / name};\n"
