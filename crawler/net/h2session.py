@@ -24,6 +24,7 @@ is an http.client.HTTPException (protocol). Server push is refused in our SETTIN
 from __future__ import annotations
 
 import http.client
+import re
 import socket
 from typing import Any
 
@@ -43,6 +44,9 @@ MAX_HEADER_LIST = 64 << 10  # decoded header bytes, as http.client caps one head
 _NOT_SENT = frozenset({b"host", b"connection", b"keep-alive", b"proxy-connection",
                        b"transfer-encoding", b"upgrade", b"te"})
 _H2_ERRORS = (h2.exceptions.H2Error, hpack.HPACKError)
+# What no HTTP/1.1 header line can hold, and so no record or WARC written from one: h2
+# itself rejects these only from 4.2 on, so the check is ours, whatever its release.
+_FORBIDDEN = re.compile(rb"[\r\n\x00]")
 
 
 class H2Headers:
@@ -75,6 +79,7 @@ class H2Response:
         self._session = session
         self.stream_id = stream_id
         self.status = 0  # set when the final headers arrive
+        self.got_headers = False
         self.msg = H2Headers([])
         self._body = bytearray()
         self.ended = False
@@ -104,11 +109,16 @@ class H2Response:
     # -- fed by the session --------------------------------------------------------------
 
     def _headers(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self.got_headers = True
         if len(raw) > MAX_HEADERS:
             self.error = http.client.HTTPException(f"got more than {MAX_HEADERS} headers")
             return
         items = []
         for name, value in raw:
+            if _FORBIDDEN.search(name) or _FORBIDDEN.search(value):
+                self.error = http.client.HTTPException(
+                    f"a header holds a line break or NUL: {name[:40]!r}")
+                return
             if name == b":status":
                 self.status = int(value)
             elif not name.startswith(b":"):
@@ -165,6 +175,8 @@ class H2Session:
         while not resp.status:
             if resp.error is not None:
                 raise resp.error
+            if resp.got_headers:
+                raise http.client.HTTPException("HTTP/2 response without a :status")
             if resp.ended:  # a stream that ended with no final headers
                 raise http.client.HTTPException("HTTP/2 stream ended without a response")
             self.pump()
