@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.server
 import os
+import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -13,14 +15,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import pytest
+
 import kvstore
 from crawler.config import CrawlerConfig
 from crawler.run.engine import Engine
 from crawler.state.pages import PageRecord, decode_page
 from tools.measure_crawl import crawl_command
-from tools.testweb import TestWeb
+from tools.testweb import SiteConfig, TestWeb
+from tools.testweb.export import ACCESS_FIELDS, BROTLI_MODULE, export, nginx_serving
+from tools.testweb.graph import Graph
+from tools.testweb.site import Site
 
 REPO = Path(__file__).resolve().parents[2]
+# Tests of the test web on Debian's nginx with its Brotli filter module.
+needs_nginx_brotli = pytest.mark.skipif(
+    shutil.which("nginx") is None or not os.path.exists(BROTLI_MODULE),
+    reason="needs Debian's nginx and libnginx-mod-http-brotli-filter (.ci/run installs both)")
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct loopback ports free now (for a server started next)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 # Requests a crawl makes for each host besides its pages: robots.txt, the default sitemap.
 META_PATHS = ("/robots.txt", "/sitemap.xml")
 
@@ -107,6 +130,45 @@ def start_cli(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs
     )
+
+
+def crawl_on_nginx(tmp_path: Path, config: SiteConfig, *, codings: tuple[str, ...] = (),
+                   nginx_h2: bool = False, **options: Any
+                   ) -> tuple[Path, Site, list[dict[str, str]]]:
+    """The test web exported to nginx (``codings``; ``nginx_h2``: its https hosts offer h2) and
+    crawled in-process with ``options``; the test web only gives the names (its DNS).
+    Returns (crawl dir, the site, nginx's access log: a dict of ACCESS_FIELDS a line)."""
+    http_port, https_port = free_ports(2)
+    root = tmp_path / "site"
+    export(Graph(config), root, http_port=http_port, https_port=https_port, codings=codings,
+           access_log=True, http2=nginx_h2)
+    site = Site(Graph(config), http_port=http_port, https_port=https_port)
+    web = TestWeb(config).start()
+    data = tmp_path / "crawl"
+    try:
+        with nginx_serving(root, http_port):
+            assert run_crawl(web, data, seeds=[site.seed_url],
+                             ca_bundle=str(root / "tls/ca.pem"), **options).complete
+    finally:
+        web.stop()
+    lines = (root / "logs/access.log").read_text().splitlines()
+    return data, site, [dict(zip(ACCESS_FIELDS, ln.split("\t"), strict=True)) for ln in lines]
+
+
+def stored_whole(data: Path, site: Site) -> dict[str, PageRecord]:
+    """Every 200 page of a crawl of ``site``, checked stored whole (its body the site's),
+    by URL (bodies left out)."""
+    out = {}
+    for url, rec in records(data).items():
+        if rec.status != 200:
+            continue
+        host, _, path = url.split("://", 1)[1].partition("/")
+        host = host.split(":")[0]
+        full = record(data, url)
+        assert not full.truncated and full.body == site.body(
+            host, site.lookup(host, "/" + path)), url
+        out[url] = rec
+    return out
 
 
 # -- helpers for the hostile-web tests ---------------------------------------------------
