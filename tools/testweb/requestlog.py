@@ -38,6 +38,7 @@ class Request:
     sni: str | None = None  # TLS server name the client sent
     agent: str = ""  # the User-Agent header ("" when none was sent)
     encoding: str | None = None  # the Content-Encoding of the answer (None: identity)
+    peer: str = ""  # the client's IP (a proxy's, for a request it carried)
 
     @property
     def url(self) -> str:
