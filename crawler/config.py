@@ -149,6 +149,9 @@ class CrawlerConfig:
     allow_private_ips: bool = False
     sync_interval: float = DEFAULT_SYNC_INTERVAL
     ca_bundle: str | None = None
+    # --proxy values, [TARGET=]URL or [TARGET=]none (crawler.net.proxy; the credentials in
+    # them are never shown: left out of repr, redacted in settings.json and logs)
+    proxy: tuple[str, ...] = field(default=(), repr=False)
     obey_robots: bool = True
     broad: bool = False
     allow_domains: tuple[str, ...] = ()

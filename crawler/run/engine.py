@@ -61,6 +61,7 @@ from ..config import CrawlerConfig, Scope
 from ..exceptions import CrawlerError, DataDirError, DiskFullError, URLError
 from ..net.dnscache import DNSCache
 from ..net.fetch import READ_CHUNK, Fetcher
+from ..net.proxy import proxy_map
 from ..state.badhosts import BadHosts
 from ..state.frontier import DISK_FULL_ERRNOS, Frontier
 from ..state.pages import Pending
@@ -108,6 +109,10 @@ class Engine:
     def __init__(self, config: CrawlerConfig, *, place: ShardPlace | None = None) -> None:
         self.config = config
         self.place = place or ShardPlace()
+        # every fetcher's (pages, robots.txt, sitemaps, subrequests); a bad one: ConfigError
+        self.proxies = proxy_map(config.proxy)
+        for target, via in sorted(self.proxies.items()):  # str(via): no credentials
+            log.info("%s URLs are fetched through the proxy %s", target, via)
         self.scope = Scope(config)
         # One shard of several: links for other shards' hosts go to the frontier's outbox.
         self.router = Router(self.place) if self.place.count > 1 else None
@@ -193,6 +198,7 @@ class Engine:
             max_body_bytes=max_body_bytes,
             max_decoded_bytes=max_decoded_bytes,
             ca_bundle=cfg.ca_bundle,
+            proxies=self.proxies,
         )
 
     # -- seeds ----------------------------------------------------------------
