@@ -155,6 +155,9 @@ class CrawlerConfig:
     headers: tuple[tuple[str, str], ...] = ()
     netrc: str | None = None
     http2: bool = False  # offer HTTP/2 to https hosts (crawler.net.h2session)
+    # --proxy values, [TARGET=]URL or [TARGET=]none (crawler.net.proxy; the credentials in
+    # them are never shown: left out of repr, redacted in settings.json and logs)
+    proxy: tuple[str, ...] = field(default=(), repr=False)
     obey_robots: bool = True
     broad: bool = False
     allow_domains: tuple[str, ...] = ()

@@ -55,6 +55,12 @@ class FetchError(CrawlerError):
         self.detail = detail
 
 
+class ProxyError(CrawlerError, OSError):
+    """A proxy that could not open a tunnel to the target (crawler.net.proxy): it answered
+    CONNECT with other than 2xx (403, 407, 502...), refused the credentials, gave a SOCKS5
+    error, or did not speak its protocol. The fetch's outcome is ``connect_error``."""
+
+
 class ContentDecodingError(CrawlerError, ValueError):
     """A body that its Content-Encoding (gzip, deflate, br, zstd) cannot decode: the
     fetch's outcome is ``protocol``."""

@@ -206,13 +206,14 @@ HINTS: dict[str, Hint] = {
         "check the URL and the resolver (--nameserver IP[:PORT])", "--nameserver IP[:PORT]"),
     "connect_refused": Hint(
         "nothing accepted the connection on the host's port (the site is down, or the "
-        "port is wrong)",
+        "port is wrong), or on the --proxy's",
         "try again later"),
     "connect_timeout": Hint(
         "no connection (TCP, then TLS) within --connect-timeout",
         "raise --connect-timeout S, or try again later", "--connect-timeout S"),
     "connect_error": Hint(
-        "the connection failed (no route to the host, the network is down)",
+        "the connection failed (no route to the host, the network is down, or the --proxy "
+        "would not open a tunnel to it: the detail says why)",
         "check the network, then try again"),
     "read_timeout": Hint(
         "the server went silent longer than --read-timeout in its answer, on every try",

@@ -224,6 +224,7 @@ def _start(args: argparse.Namespace, interrupts: Interrupts) -> int:
     given = startopts.given_options(args)
     settings, changes = startopts.merge(saved, given)
     _check_threads(settings["threads"], shards, "threads" in given, settings_path(data_dir))
+    startopts.check_proxies(settings)
     if settings["ca_bundle"] and not os.access(settings["ca_bundle"], os.R_OK):
         raise CrawlerError(f"--ca-bundle {settings['ca_bundle']}: no such readable file")
     if settings["netrc"]:  # read now so a mistake in it is one line before anything is written
@@ -252,7 +253,7 @@ def _start(args: argparse.Namespace, interrupts: Interrupts) -> int:
         log.info("resuming with the settings saved in %s", settings_path(data_dir))
     for change in changes:
         log.info("setting changed: %s (saved)", change)
-    save_settings(data_dir, settings)
+    save_settings(data_dir, startopts.saved_form(settings))  # no proxy credentials
     if new_seeds:
         with open(os.path.join(data_dir, SEEDS_NAME), "a", encoding="utf-8") as f:
             f.write("".join(s + "\n" for s in new_seeds))

@@ -16,7 +16,8 @@ from typing import Any
 
 from .. import config as cfgmod
 from ..config import MAX_SECONDS
-from ..exceptions import DataDirError
+from ..exceptions import ConfigError, DataDirError, UsageError
+from ..net import proxy as netproxy
 from ..net.auth import parse_header
 from ._common import SAVED_AS, age, count, number, size, size_in
 
@@ -68,6 +69,26 @@ def header_value(value: str) -> str:
     return value
 
 
+def proxy_value(value: str) -> str:
+    """A --proxy value, [TARGET=]URL or [TARGET=]none (crawler.net.proxy), kept as typed."""
+    try:
+        netproxy.parse_option(value)
+    except ConfigError as exc:  # its message never holds the credentials
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def _saved_proxy(value: str) -> str:
+    """A --proxy value as settings.json keeps it: credentials it had are ``***``."""
+    return proxy_value(value.replace(f"://{netproxy.REDACTED}@", "://", 1))
+
+
+# The type of each item of a repeatable option (str when not here); a saved one's check.
+_ITEMS: dict[str, Any] = {"nameserver": nameserver, "proxy": proxy_value,
+                          "header": request_header}
+_SAVED_ITEMS: dict[str, Any] = {**_ITEMS, "proxy": _saved_proxy}
+
+
 # Seconds: a wait (0 is none) or a timeout (more than 0), at most a day (config.MAX_SECONDS).
 seconds = number(0, MAX_SECONDS)
 timeout = number(0, MAX_SECONDS, above=True)
@@ -103,6 +124,11 @@ OPTIONS: tuple[Opt, ...] = (
         "(off by default to protect your network)"),
     Opt("ca_bundle", "--ca-bundle", str, None,
         "CA certificates (PEM) to verify HTTPS against (default: the system's)", "FILE"),
+    Opt("proxy", "--proxy", "list", [],
+        "fetch through this proxy: http://, https:// (for http targets), socks5:// or "
+        "socks5h://HOST:PORT, with USER:PASSWORD@ if it needs them (never saved: give them "
+        "again on a resume); http=URL or https=URL for one target scheme, none for none; "
+        "repeatable (docs/CRAWLING.md, Proxies)", "[TARGET=]URL"),
     Opt("user_agent", "--user-agent", header_value, cfgmod.DEFAULT_USER_AGENT,
         "the User-Agent sent, and the name robots.txt groups are matched with", "STRING"),
     Opt("header", "--header", "list", [],
@@ -184,7 +210,6 @@ OPTIONS: tuple[Opt, ...] = (
     )
 )
 BY_NAME = {o.name: o for o in OPTIONS}
-_LIST_ITEMS: dict[str, Any] = {"nameserver": nameserver, "header": request_header}
 DEFAULTS: dict[str, Any] = {o.name: o.default for o in OPTIONS}
 
 _GROUPS = {
@@ -214,7 +239,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         if opt.kind == "bool":
             target.add_argument(opt.flag, action=argparse.BooleanOptionalAction, **common)
         elif opt.kind == "list":
-            kind = _LIST_ITEMS.get(opt.name, str)
+            kind = _ITEMS.get(opt.name, str)
             target.add_argument(opt.flag, action="append", type=kind, metavar=opt.metavar, **common)
         else:
             target.add_argument(opt.flag, type=opt.kind, metavar=opt.metavar, **common)
@@ -251,7 +276,7 @@ def _saved_problem(opt: Opt, value: Any) -> str | None:
             return f"{brief} is not a list of strings"
         try:
             for item in value:
-                _LIST_ITEMS.get(opt.name, str)(item)
+                _SAVED_ITEMS.get(opt.name, str)(item)
         except argparse.ArgumentTypeError as exc:
             return str(exc)
         return None
@@ -273,10 +298,26 @@ def merge(saved: dict[str, Any] | None, given: dict[str, Any]) -> tuple[dict[str
     merged = {**DEFAULTS, **saved, **given}
     changes = [
         f"{BY_NAME[k].flag} {_text(saved.get(k, DEFAULTS[k]))} -> {_text(v)}"
-        for k, v in given.items()
+        for k, v in saved_form(given).items()
         if saved and v != saved.get(k, DEFAULTS[k])
     ]
     return merged, changes
+
+
+def saved_form(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` as they may be written and logged: --proxy's credentials as ``***``."""
+    if not settings.get("proxy"):
+        return settings
+    return {**settings, "proxy": [netproxy.redact(v) for v in settings["proxy"]]}
+
+
+def check_proxies(settings: dict[str, Any]) -> None:
+    """UsageError when the merged --proxy values cannot be used: a saved one whose
+    credentials were left out of settings.json, and no --proxy given now."""
+    try:
+        netproxy.proxy_map(settings["proxy"])
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _text(value: Any) -> str:
@@ -297,6 +338,7 @@ def config_fields(settings: dict[str, Any]) -> dict[str, Any]:
         "deny_regex": tuple(s.pop("deny_regex")),
         "render_js": tuple(s.pop("render_js")),
         "headers": tuple(parse_header(h) for h in s.pop("header")),
+        "proxy": tuple(s.pop("proxy")),
         "store_types": tuple(
             t.strip().lower() for item in s.pop("store_types") for t in item.split(",") if t.strip()
         ),

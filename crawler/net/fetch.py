@@ -35,6 +35,12 @@ Bounds, per fetch:
   memory budget. A coding not asked for (or a list of codings), if sent
   anyway, is left as received.
 - Redirects are not followed: a 3xx's absolute Location is ``redirect``.
+- ``proxies`` (target scheme -> crawler.net.proxy.Proxy): the connection to a
+  target of that scheme is a tunnel through the proxy to the resolved, checked IP
+  (never the name); TLS, the Host header and every bound above are as direct. A
+  Fetcher's proxy of a scheme never changes, so the pool's origins (scheme, host,
+  port) never mix proxied and direct connections. A proxy's failure is a connect
+  failure (connect_refused, connect_timeout, connect_error) naming the proxy.
 - A few headers are kept (lowercase, values cut to ``max_header_value``);
   http.client caps a header line at 64 KiB and a response at 100 headers.
 
@@ -59,7 +65,7 @@ import logging
 import ssl
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urljoin, urlsplit
@@ -76,7 +82,7 @@ from ..config import (  # the one place of every default a crawl is configured w
 )
 from ..exceptions import ConfigError, FetchError, URLError
 from ..web.urls import DEFAULT_PORTS, URL, host_key
-from . import decoding
+from . import decoding, proxy
 from .auth import Credentials, merge_headers
 from .connections import (
     Connection,
@@ -261,6 +267,7 @@ class Fetcher:
         added_headers: tuple[tuple[str, str], ...] = (),
         credentials: Credentials | None = None,
         http2: bool = False,
+        proxies: Mapping[str, proxy.Proxy] | None = None,
     ) -> None:
         """``added_headers``: the user's lines (--header, checked by
         crawler.net.auth.parse_header), sent with every request; ``credentials``: the
@@ -273,6 +280,11 @@ class Fetcher:
                             ("pool_maxsize", pool_maxsize), ("max_header_value", max_header_value)):
             if not value > 0:
                 raise ConfigError(f"{name} must be > 0, got {value!r}")
+        self._proxies = dict(proxies or {})
+        for scheme, p in self._proxies.items():
+            if scheme not in proxy.TARGETS or (scheme == "https" and p.scheme == "https"):
+                raise ConfigError(f"no {p.scheme} proxy for {scheme} targets: see "
+                                  "crawler.net.proxy")
         self._resolve = resolve
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
@@ -285,6 +297,8 @@ class Fetcher:
                                       added_headers)
         self._credentials = credentials
         self._ssl = _ssl_context(ca_bundle, http2)
+        # an https proxy speaks HTTP/1.1 (CONNECT): never offered h2
+        self._proxy_ssl = _ssl_context(ca_bundle) if http2 and self._proxies else self._ssl
         self._dog = Watchdog()
         self._pool = ConnectionPool(origins=pool_connections, per_origin=pool_maxsize)
         self._closed = False
@@ -340,8 +354,15 @@ class Fetcher:
     def _open(self, url: str, req: URL, origin: Origin, ip: str, w: Watch) -> Connection:
         """A new connection to ``ip`` for ``req``'s origin, TLS done, attached to ``w``."""
         scheme, host, port = origin
+        via = self._proxies.get(scheme)
         try:
-            sock = connect_tcp(ip, port, max(min(self._connect_timeout, w.remaining()), 0.001))
+            timeout = max(min(self._connect_timeout, w.remaining()), 0.001)
+            if via is None:
+                sock = connect_tcp(ip, port, timeout)
+            else:
+                sock = proxy.connect(via, timeout)
+                self._dog.attach(w, sock)  # the handshake is in the total time too
+                sock = proxy.tunnel(sock, via, ip, port, self._proxy_ssl)
         except OSError as exc:
             raise self._fail(url, w, exc, "connect") from exc
         self._dog.attach(w, sock)

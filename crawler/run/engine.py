@@ -62,6 +62,7 @@ from ..exceptions import CrawlerError, DataDirError, DiskFullError, URLError
 from ..net.auth import load_netrc
 from ..net.dnscache import DNSCache
 from ..net.fetch import READ_CHUNK, Fetcher
+from ..net.proxy import proxy_map
 from ..state.badhosts import BadHosts
 from ..state.frontier import DISK_FULL_ERRNOS, Frontier
 from ..state.pages import Pending
@@ -109,6 +110,10 @@ class Engine:
     def __init__(self, config: CrawlerConfig, *, place: ShardPlace | None = None) -> None:
         self.config = config
         self.place = place or ShardPlace()
+        # every fetcher's (pages, robots.txt, sitemaps, subrequests); a bad one: ConfigError
+        self.proxies = proxy_map(config.proxy)
+        for target, via in sorted(self.proxies.items()):  # str(via): no credentials
+            log.info("%s URLs are fetched through the proxy %s", target, via)
         self.scope = Scope(config)
         # One shard of several: links for other shards' hosts go to the frontier's outbox.
         self.router = Router(self.place) if self.place.count > 1 else None
@@ -199,6 +204,7 @@ class Engine:
             added_headers=cfg.headers,
             credentials=self.credentials,
             http2=cfg.http2,
+            proxies=self.proxies,
         )
 
     # -- seeds ----------------------------------------------------------------

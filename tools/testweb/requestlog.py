@@ -41,6 +41,7 @@ class Request:
     # request headers beyond the ones every crawler request has (OWN_HEADERS), as
     # (lowercase name, value) in the order sent: --header lines, Authorization
     other: tuple[tuple[str, str], ...] = ()
+    peer: str = ""  # the client's IP (a proxy's, for a request it carried)
 
     @property
     def url(self) -> str:

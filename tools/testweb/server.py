@@ -236,6 +236,7 @@ class WebServer:
         self._writers.add(writer)
         ssl_obj = writer.get_extra_info("ssl_object")
         sni = getattr(ssl_obj, SNI_ATTR, None) if ssl_obj is not None else None
+        peer = (writer.get_extra_info("peername") or ("",))[0]
         try:
             keep = True
             while keep:
@@ -247,7 +248,7 @@ class WebServer:
                     return
                 except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, ssl.SSLError):
                     return
-                keep = await self._request(reader, writer, head, conn, scheme, port, sni)
+                keep = await self._request(reader, writer, head, conn, scheme, port, sni, peer)
         except (ConnectionError, ssl.SSLError):
             pass
         except asyncio.CancelledError:
@@ -260,7 +261,8 @@ class WebServer:
                 writer.close()
 
     async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       head: bytes, conn: int, scheme: str, port: int, sni: str | None) -> bool:
+                       head: bytes, conn: int, scheme: str, port: int, sni: str | None,
+                       peer: str = "") -> bool:
         """Answer one request; returns whether to keep the connection."""
         try:
             lines = head.decode("latin-1").split("\r\n")
@@ -293,7 +295,8 @@ class WebServer:
         conn_hdr = headers.get("connection", "").lower()
         keep = "close" not in conn_hdr and (version == "HTTP/1.1" or "keep-alive" in conn_hdr)
         rec = Request(conn, scheme, port, host, target, method, time.time(), sni=sni,
-                      agent=headers.get("user-agent", ""), other=tuple(other))
+                      agent=headers.get("user-agent", ""), other=tuple(other),
+                      peer=peer)
         self.log.add(rec)
         if method not in ("GET", "HEAD"):
             await self._send(writer, rec, 405, [("Allow", "GET, HEAD")], b"", keep, head_only=False)
