@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from crawl_helpers import crawl_on_nginx, needs_nginx_brotli, stored_whole
+from test_proxy import Proxies, proxies  # noqa: F401 - the fixture
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler.cli import main
@@ -60,3 +61,18 @@ def test_without_http2_the_same_host_gets_http1_over_tls(tmp_path: Path) -> None
     assert {e["$server_protocol"] for e in log} == {"HTTP/1.1"}
     protocols = {u: r.protocol for u, r in stored_whole(data, site).items()}
     assert {p for u, p in protocols.items() if u.startswith("https://")} == {"http/1.1 tls/1.3"}
+
+
+def test_http2_goes_through_a_connect_proxy(
+    tmp_path: Path, proxies: Proxies  # noqa: F811 - the fixture imported above
+) -> None:
+    tiny = proxies.tinyproxy()
+    data, site, log = crawl_on_nginx(tmp_path, CONFIG, nginx_h2=True, http2=True,
+                                     proxy=(tiny.url(),))
+    assert {e["$server_protocol"] for e in log if e["$host"] == "h2.test"} == {"HTTP/2.0"}
+    https_port = site.https_port
+    connects = [r for r in tiny.requests() if r.startswith("CONNECT ")]
+    assert f"CONNECT 127.0.0.1:{https_port} HTTP/1.1" in connects  # a tunnel to the IP
+    assert len(connects) >= 3  # each host's connections went through it
+    assert {r.protocol for u, r in stored_whole(data, site).items()
+            if u.startswith("https://")} == {"h2 tls/1.3"}
