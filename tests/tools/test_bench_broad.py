@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,13 @@ def test_broad_site_serves_its_pages_and_links_and_logs(tmp_path: Path) -> None:
         assert _get(cfg.port, "h29.test", "/p2.html")[0] == 200
         assert _get(cfg.port, "h29.test", "/p3.html")[0] == 404  # past pages_per_host
         assert _get(cfg.port, "h2.test", "/robots.txt") == (200, ROBOTS_TXT.encode())
-        rows, offset = read_log(tmp_path / "logs" / LOG_NAME)
+        # nginx logs a request after its answer is sent: a client may read the log first
+        deadline = time.monotonic() + 30
+        while True:
+            rows, offset = read_log(tmp_path / "logs" / LOG_NAME)
+            if len(rows) >= 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
     assert rows[-1] == ("h2.test", "/robots.txt", "200") and len(rows) == 4
     assert offset == (tmp_path / "logs" / LOG_NAME).stat().st_size
     # the tree reaches every host from h0, each through its parent
