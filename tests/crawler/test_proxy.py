@@ -264,6 +264,7 @@ class TestConnect:
             f = make_fetcher(testweb, f"http=https://127.0.0.1:{front.port}")
             assert f.fetch(testweb.url("h0.test")).status == 200
             assert front.handshakes == 1
+            f.close()  # its kept connection ends, and with it the relay's threads
         assert [r.peer for r in testweb.log.records()] == [TINYPROXY_OUT]
         assert tiny.requests() == [f"CONNECT 127.0.0.1:{testweb.http_port} HTTP/1.1"]
 
@@ -455,6 +456,10 @@ class TLSFront:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        try:  # wakes the accept() (a close alone does not, on Linux)
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._sock.close()
         for t in self._threads:
             t.join(timeout=10)
