@@ -52,6 +52,8 @@ DEFAULT_RENDER_BROWSER = "chromium"
 # /sitemap.xml ("all"), only the lines ("robots"), or none ("off").
 SITEMAP_MODES = ("all", "robots", "off")
 DEFAULT_SITEMAPS = "all"
+# A cookie jar per crawl (RFC 6265; crawler.state.cookiestore): --no-cookies sends none.
+DEFAULT_COOKIES = True
 
 
 # -- bounds -----------------------------------------------------------------------------
@@ -159,6 +161,7 @@ class CrawlerConfig:
     # them are never shown: left out of repr, redacted in settings.json and logs)
     proxy: tuple[str, ...] = field(default=(), repr=False)
     obey_robots: bool = True
+    cookies: bool = DEFAULT_COOKIES  # keep a cookie jar and send its cookies back
     broad: bool = False
     allow_domains: tuple[str, ...] = ()
     allow_regex: tuple[str, ...] = ()

@@ -141,6 +141,9 @@ OPTIONS: tuple[Opt, ...] = (
         "offer HTTP/2 to https hosts (ALPN; a host that declines gets HTTP/1.1); one "
         "request at a time on a connection, so --per-host still bounds what is in flight"),
     Opt("ignore_robots", "--ignore-robots", "bool", False, "do not fetch or obey robots.txt"),
+    Opt("cookies", "--cookies", "bool", cfgmod.DEFAULT_COOKIES,
+        "keep the cookies servers set (RFC 6265, per shard, bounded) and send each back "
+        "only to the hosts it was set for; --no-cookies sends none (docs/CRAWLING.md)"),
     Opt("broad", "--broad", "bool", False,
         "follow links to any host (default: the seeds' hosts only)", group="scope"),
     Opt("allow_domain", "--allow-domain", "list", [],

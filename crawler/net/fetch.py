@@ -43,6 +43,9 @@ Bounds, per fetch:
   failure (connect_refused, connect_timeout, connect_error) naming the proxy.
 - A few headers are kept (lowercase, values cut to ``max_header_value``);
   http.client caps a header line at 64 KiB and a response at 100 headers.
+  Set-Cookie, which comes once per cookie, is kept whole: its lines of at
+  most 4096 bytes (what the cookie jar takes, crawler.web.cookies) joined by
+  a newline, up to ``MAX_SET_COOKIE_BYTES``.
 
 Errors: ``FetchError(url, reason)`` raised ``from`` the underlying error,
 reason one of connect_refused, connect_timeout, connect_error (unreachable
@@ -81,6 +84,7 @@ from ..config import (  # the one place of every default a crawl is configured w
     DEFAULT_TOTAL_TIMEOUT,
 )
 from ..exceptions import ConfigError, FetchError, URLError
+from ..web.cookies import MAX_COOKIE_BYTES
 from ..web.urls import DEFAULT_PORTS, URL, host_key
 from . import decoding, proxy
 from .auth import Credentials, merge_headers
@@ -105,6 +109,9 @@ READ_CHUNK = 64 << 10
 
 KEPT_HEADERS = ("content-type", "content-length", "content-encoding", "location",
                 "retry-after", "last-modified", "etag", "server", "date", "x-robots-tag")
+# Set-Cookie lines kept of one answer, in bytes (newlines included): what a site's cookies
+# may take in the jar (crawler.web.cookies.MAX_SITE_BYTES). The rest is not kept.
+MAX_SET_COOKIE_BYTES = 32 << 10
 _VERSIONS = {9: "HTTP/0.9", 10: "HTTP/1.0", 11: "HTTP/1.1", 20: "HTTP/2"}
 
 Resolve = Callable[[str], str]
@@ -168,6 +175,23 @@ def parse_content_type(value: str) -> tuple[str, str | None]:
 def content_type(result: FetchResult) -> tuple[str, str | None]:
     """(mime, charset) of a FetchResult, lowercase; ("", None) when not declared."""
     return parse_content_type(result.headers.get("content-type", ""))
+
+
+def set_cookie_lines(values: list[str] | None) -> str:
+    """An answer's Set-Cookie values as kept: each on one line (a folded one unfolded),
+    those over MAX_COOKIE_BYTES left out, joined by a newline, at most
+    MAX_SET_COOKIE_BYTES in all; "" for none."""
+    kept: list[str] = []
+    size = 0
+    for value in values or ():
+        value = value.replace("\r", " ").replace("\n", " ")
+        if len(value) > MAX_COOKIE_BYTES:
+            continue  # the cookie jar ignores it (RFC 6265 §6.1)
+        size += len(value) + 1
+        if size > MAX_SET_COOKIE_BYTES:
+            break
+        kept.append(value)
+    return "\n".join(kept)
 
 
 def _redirect_target(url: str, location: str) -> str | None:
@@ -450,6 +474,9 @@ class Fetcher:
             value = msg.get(name)
             if value is not None:
                 headers[name] = value[: self._max_header]
+        cookies = set_cookie_lines(msg.get_all("set-cookie"))
+        if cookies:
+            headers["set-cookie"] = cookies
         redirect = None
         if 300 <= resp.status < 400:
             locations = msg.get_all("location")

@@ -10,8 +10,10 @@ Theory of operation
 - a page with an HTTP answer (any status, redirects included) gives a
   ``response`` record, or a ``revisit`` (identical-payload-digest profile)
   when a 200 payload repeats an earlier one, plus a ``request`` record
-  rebuilt from what crawler.net.fetch sends; the request names the response in
-  WARC-Concurrent-To, and both carry the fetch time and the IP;
+  rebuilt from what crawler.net.fetch sends (but the Cookie header: the page
+  record keeps no request header, and the jar has changed since); the request
+  names the response in WARC-Concurrent-To, and both carry the fetch time and
+  the IP; the response's Set-Cookie lines are one header each, as sent;
 - a page rendered in a browser (a record with a DOM) adds, after them, a
   ``conversion`` record of the rendered DOM that names the response (or
   revisit) written for the page in WARC-Refers-To;
@@ -124,6 +126,8 @@ def response_headers(page: PageRecord) -> StatusAndHeaders:
     for name, value in page.headers.items():
         if name.lower() in _RESPONSE_ONLY:
             original[name.lower()] = value
+        elif name.lower() == "set-cookie":  # one header a line, as sent (crawler.net.fetch)
+            headers.extend(("Set-Cookie", line) for line in value.split("\n"))
         else:
             headers.append((_name(name.lower()), value))
     headers.append(("Content-Length", str(len(page.body))))

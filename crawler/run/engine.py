@@ -64,6 +64,7 @@ from ..net.dnscache import DNSCache
 from ..net.fetch import READ_CHUNK, Fetcher
 from ..net.proxy import proxy_map
 from ..state.badhosts import BadHosts
+from ..state.cookiestore import CookieJar
 from ..state.frontier import DISK_FULL_ERRNOS, Frontier
 from ..state.pages import Pending
 from ..state.shards import Router, ShardPlace
@@ -131,6 +132,8 @@ class Engine:
             prior=self.revisits.store,
         )
         self.bad_hosts = BadHosts(config.data_dir)
+        # the pages' cookies (robots.txt, sitemaps and a rendering page's requests go without)
+        self.cookies = CookieJar(config.data_dir) if config.cookies else None
         self.dns = DNSCache(
             list(config.nameservers) or None,
             timeout=config.dns_timeout,
@@ -182,7 +185,7 @@ class Engine:
         self.pages = PageWork(
             config, self.scheduler, self.gate, self.fetcher, self.frontier, self.reader,
             self.revisits, self.counters, self.budget, record, self.sitemaps, self.renderer,
-            self.stop, self._limit_reached,
+            self.stop, self._limit_reached, cookies=self.cookies,
         )
         # Alone, the engine logs the status line; a shard's supervisor logs the crawl's.
         self.reporter = status_mod.Reporter(
@@ -324,6 +327,8 @@ class Engine:
     def close(self) -> None:
         self.frontier.close()
         self.bad_hosts.close()
+        if self.cookies is not None:
+            self.cookies.close()
         self.robots_store.close()
         self.fetcher.close()
         self.robots_fetcher.close()

@@ -4,8 +4,9 @@ A claimed URL waits in its host's queue as a :class:`PageTask`. On a worker it
 goes: the per-host page limit, the gate (BadHosts, DNS, robots.txt:
 crawler.run.gate), sitemap discovery for its origin, the render pool's
 reservation (--render-js), the --max-pages count, a lease on the memory budget,
-the fetch (a conditional GET on a revisit), then the answer: a 429/5xx is
-retried after the host's wait, a 304 of a revisit keeps the stored body, an HTML
+the fetch (a conditional GET on a revisit; the cookies of the jar for the URL,
+crawler.state.cookiestore, and its Set-Cookie kept there), then the answer: a
+429/5xx is retried after the host's wait, a 304 of a revisit keeps the stored body, an HTML
 page of a rendered host goes to the browser, anything else becomes a page record
 and the links worth admitting (crawler.run.responses). The Outcome goes to the
 frontier, which commits it in its crash-safe order; the slot is released with
@@ -13,6 +14,13 @@ the delay the host owes.
 
 A URL ends as exactly one recorded outcome, or goes back to PendDB to be tried
 later (a transient failure within its retry budget, or a stop: "aborted").
+
+A cookie wall (a 3xx that sets a cookie and redirects to the URL itself, until
+the cookie comes back) is asked once more: the task goes back to the front of
+its host's queue, the host owing its delay as after any request, and its next
+turn sends the cookie. Once: a second wall is recorded as the redirect it is
+(its target is known, so it is not fetched again). The second request is the
+same page's: it counts against neither --max-pages nor --max-pages-per-host.
 docs/HOSTILE.md tables the outcome of each fault of a hostile web.
 """
 
@@ -27,11 +35,13 @@ from typing import Any
 
 from .. import outcomes
 from ..config import CrawlerConfig
+from ..exceptions import URLError
 from ..net.fetch import Fetcher, FetchResult
+from ..state.cookiestore import CookieJar
 from ..state.frontier import Claimed, Frontier, Outcome
 from ..state.pages import PageRecord, Pending, encode_page
 from ..web.links import is_html
-from ..web.urls import URL
+from ..web.urls import URL, normalize
 from .budget import Lease, MemoryBudget
 from .counters import Counters
 from .gate import Cleared, Failed, Gate, Refused
@@ -99,6 +109,7 @@ class PageWork:
     renderer: RenderPool | None
     stop: Callable[[], None]
     limit_reached: threading.Event
+    cookies: CookieJar | None = None  # None: --no-cookies
 
     def task(self, claimed: Claimed, url: URL) -> PageTask:
         return PageTask(self, claimed, url)
@@ -110,12 +121,13 @@ class PageWork:
 class PageTask:
     """A claimed URL and its parts (split once, at claim), waiting for its host."""
 
-    __slots__ = ("work", "claimed", "url")
+    __slots__ = ("work", "claimed", "url", "walled")
 
     def __init__(self, work: PageWork, claimed: Claimed, url: URL) -> None:
         self.work = work
         self.claimed = claimed
         self.url = url
+        self.walled = False  # a cookie wall answered: this turn sends its cookie
 
     def drop(self) -> None:
         pass  # its bulk stays live in PendDB: the next run claims it again
@@ -140,7 +152,7 @@ class PageTask:
     def _handle(self, slot: HostSlot) -> _Result:
         w, u = self.work, self.url
         limit = w.config.max_pages_per_host
-        if limit is not None and slot.fetches >= limit:  # checked again when reserving
+        if limit is not None and slot.fetches >= limit and not self.walled:  # checked again
             return self._final(outcomes.HOST_PAGE_LIMIT)
         verdict = w.gate.check(slot, u)
         if isinstance(verdict, Wait):
@@ -165,23 +177,45 @@ class PageTask:
 
     def _fetch(self, slot: HostSlot, cleared: Cleared, render: bool) -> _Result:
         w, c = self.work, self.claimed
-        if not w.scheduler.reserve_fetch(slot, w.config.max_pages_per_host):
+        if self.walled:
+            pass  # the page's second request: reserved at its first
+        elif not w.scheduler.reserve_fetch(slot, w.config.max_pages_per_host):
             return self._final(outcomes.HOST_PAGE_LIMIT)
-        if not w.counters.reserve_fetch(w.config.max_pages):
+        elif not w.counters.reserve_fetch(w.config.max_pages):
             w.limit_reached.set()
             w.stop()
             return _Result(None, contacted=False)
         lease = w.budget.lease()  # the body, its parse and its record count here
+        jar = w.cookies
         try:
-            prior, validators = w.revisits.conditional(c.key)
-            got = w.gate.fetch(w.fetcher, self.url, cleared, headers=validators, lease=lease)
+            prior, headers = w.revisits.conditional(c.key)
+            sent = jar.header(self.url) if jar is not None else ""
+            if sent:
+                headers += (("Cookie", sent),)
+            got = w.gate.fetch(w.fetcher, self.url, cleared, headers=headers, lease=lease)
             if isinstance(got, Failed):
                 return self._failed(slot, got)
             w.counters.add_bytes(got.wire_bytes)
+            if jar is not None and jar.receive(self.url, got.headers.get("set-cookie", "")):
+                if self._cookie_wall(got):  # ask again, with the cookie, on its next turn
+                    w.scheduler.host_ok(slot)
+                    return _Result(None)
             return self._response(slot, got, render, prior, lease)
         finally:
             got = None  # type: ignore[assignment]  # the body goes before its bytes are given back
             lease.close()
+
+    def _cookie_wall(self, r: FetchResult) -> bool:
+        """Whether ``r``, which set a cookie, is a redirect to this URL itself, and the
+        first (so the task goes back to its host's queue, ``walled``)."""
+        if self.walled or not r.redirect or not 300 <= r.status < 400:
+            return False
+        try:
+            target = normalize(r.redirect, max_length=self.work.config.max_url_length)
+        except URLError:
+            return False
+        self.walled = target == self.url.url
+        return self.walled
 
     def _final(self, reason: str) -> _Result:
         """A failure recorded without a request to the host (it owes no delay)."""

@@ -72,6 +72,7 @@ KINDS: dict[str, Kind] = {
         Kind("scripts", FEATURE, {"delay_ms": 300}),
         Kind("sitemaps", FEATURE, {}),
         Kind("shortcut", FEATURE, {"chain": 4, "length": 12}, in_all=False),
+        Kind("cookie_wall", FEATURE, {}, in_all=False),
         Kind("refused", HOST, {}, extra_host="refused.test"),
         Kind("nxdomain", HOST, {}, extra_host="nx.test"),
         Kind("dns_servfail", HOST, {}, extra_host="servfail.test"),

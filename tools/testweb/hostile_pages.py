@@ -16,6 +16,7 @@ from html import escape
 from random import Random
 from typing import TYPE_CHECKING
 
+from .cookiewall import cookie_wall
 from .encodings import BOMBS
 from .faults import Fault
 from .model import NOT_FOUND, Node, text_node
@@ -430,4 +431,5 @@ _FEATURES = {
     "scripts": scripts,
     "sitemaps": sitemaps,
     "shortcut": _shortcut,
+    "cookie_wall": cookie_wall,
 }

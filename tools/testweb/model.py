@@ -57,6 +57,11 @@ class Node:
     page: int | None = None
     delivery: Fault | None = None  # a response fault the server applies while sending
     lazy: Lazy | None = None  # the body when ``body`` is None and it is no generated page
+    # A cookie wall: the answer is this Node only to a request that sends the cookie
+    # ``needs_cookie`` ("name=value"); without it the server sends ``wall`` instead (the
+    # oracle too, for a crawler without cookies).
+    needs_cookie: str | None = None
+    wall: Node | None = None
 
     def but(self, **changes: object) -> Node:
         return replace(self, **changes)  # type: ignore[arg-type]

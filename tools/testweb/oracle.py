@@ -153,6 +153,7 @@ class Oracle:
         user_agent: str = "*",
         render: Render = False,
         sitemaps: str = "all",
+        cookies: bool = True,
         max_sitemaps_per_host: int | None = None,
         max_sitemap_nesting: int | None = None,
         limit: int = DEFAULT_LIMIT,
@@ -166,6 +167,8 @@ class Oracle:
         ``sitemaps``: "all" (robots.txt's Sitemap lines and /sitemap.xml),
         "robots" (the lines only) or "off"; the two limits default to the
         crawler's ``MAX_SITEMAPS_PER_HOST`` and ``MAX_SITEMAP_NESTING``.
+        ``cookies``: the crawler keeps a cookie jar (its default), so a cookie wall
+        gives its page.
         """
         if sitemaps not in SITEMAP_MODES:
             raise ValueError(f"sitemaps must be one of {SITEMAP_MODES}, not {sitemaps!r}")
@@ -291,6 +294,8 @@ class Oracle:
                         f"more than {limit} URLs: a spider trap is reachable; set max_depth"
                     )
             node = site.lookup(host.name, target)
+            if node.wall is not None and not cookies:
+                node = node.wall
             status[url] = node.status
             if node.fault:
                 faults[url] = node.fault

@@ -51,6 +51,14 @@ class Request:
     def path(self) -> str:
         return self.target.partition("?")[0]
 
+    @property
+    def cookie(self) -> str | None:
+        """The Cookie header sent (None: none was)."""
+        for name, value in self.other:
+            if name == "cookie":
+                return value
+        return None
+
 
 # Request headers not kept in Request.other: what the crawler sends with every request.
 OWN_HEADERS = frozenset({"host", "user-agent", "accept", "accept-encoding", "connection",

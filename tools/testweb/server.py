@@ -35,6 +35,7 @@ from collections import Counter
 from email.utils import formatdate
 from http import HTTPStatus
 
+from .cookiewall import sends
 from .encodings import BOMBS, bomb, chosen, encode
 from .faults import Fault
 from .hostile_pages import filler
@@ -308,6 +309,8 @@ class WebServer:
             node = site.lookup("", target)  # 421 Misdirected Request
         else:
             node = site.lookup(host, target)
+        if node.wall is not None and not sends(headers.get("cookie"), node.needs_cookie or ""):
+            node = node.wall  # a cookie wall, and the request lacks its cookie
         validators = (headers.get("if-none-match"), headers.get("if-modified-since"))
         return await self._answer(writer, rec, node, keep, method == "HEAD", validators,
                                   headers.get("accept-encoding"))
