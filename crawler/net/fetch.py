@@ -141,6 +141,7 @@ class FetchResult:
     redirect: str | None = None  # absolute Location of a 3xx
     http_version: str = "HTTP/1.1"
     protocol: str = ""  # as WARC-Protocol says it: "h2 tls/1.3", "http/1.1 tls/1.2", ""
+    cookie: str = ""  # the Cookie header sent (the page's, from the crawl's jar), for the record
 
 
 # -- pure helpers ----------------------------------------------------------------------

@@ -145,13 +145,17 @@ def response_headers(page: PageRecord) -> StatusAndHeaders:
 
 
 def request_headers(url: str, user_agent: str,
-                    conditional: tuple[tuple[str, str], ...] = ()) -> StatusAndHeaders:
+                    conditional: tuple[tuple[str, str], ...] = (),
+                    cookie: str = "") -> StatusAndHeaders:
     """The GET that net.fetch.Fetcher sends for ``url`` (a normalized URL), with the
-    ``conditional`` headers of a revisit (If-None-Match, If-Modified-Since)."""
+    ``conditional`` headers of a revisit (If-None-Match, If-Modified-Since) and the
+    ``cookie`` the page was sent."""
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     headers = [("Host", parts.netloc), ("User-Agent", user_agent), ("Accept", DEFAULT_ACCEPT),
                ("Accept-Encoding", SENT_ACCEPT_ENCODING), *conditional]
+    if cookie:
+        headers.append(("Cookie", cookie))
     return StatusAndHeaders(f"GET {target} HTTP/1.1", headers, is_http_request=True)
 
 
@@ -339,7 +343,8 @@ class WarcSink:
             if dedup and self._seen is not None:
                 self._seen[key] = f"{rid}\n{base['WARC-Date']}\n{page.url}".encode()
         req = w.create_warc_record(page.url, "request",
-                                   http_headers=request_headers(page.url, self.user_agent),
+                                   http_headers=request_headers(page.url, self.user_agent,
+                                                                cookie=page.cookie),
                                    warc_headers_dict=dict(base))
         # WARC-Protocol (as Common Crawl writes it: one header each, "h2", "tls/1.3"); the
         # HTTP block keeps an HTTP/1.1-style status line, whatever the protocol was
@@ -383,7 +388,8 @@ class WarcSink:
             "WARC-Payload-Digest": payload_digest(page.body)[1]})
         req = w.create_warc_record(
             page.url, "request", warc_headers_dict=dict(base),
-            http_headers=request_headers(page.url, self.user_agent, validators(page)))
+            http_headers=request_headers(page.url, self.user_agent, validators(page),
+                                         page.cookie))
         self._emit_pair(req, rev)
         self.revisits += 1
         return n + 2

@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import outcomes
@@ -196,6 +196,8 @@ class PageTask:
             if isinstance(got, Failed):
                 return self._failed(slot, got)
             w.counters.add_bytes(got.wire_bytes)
+            if sent:  # the record keeps what was sent (the WARC request record shows it)
+                got = replace(got, cookie=sent)
             if jar is not None and jar.receive(self.url, got.headers.get("set-cookie", "")):
                 if self._cookie_wall(got):  # ask again, with the cookie, on its next turn
                     w.scheduler.host_ok(slot)

@@ -162,6 +162,7 @@ class ResponseReader:
             "noindex": noindex,
             "elapsed": round(r.elapsed, 6),
             "protocol": r.protocol,
+            "cookie": r.cookie,
             "links": links,
             "body": r.body if keep_body else b"",
         }

@@ -93,6 +93,7 @@ class Revisits:
         # ip stays the earlier fetch's: the body is that fetch's, and the WARC export
         # writes its response record (WARC-IP-Address) from this record.
         out.update(headers=headers, elapsed=round(r.elapsed, 6), revisit="not_modified",
+                   cookie=r.cookie,
                    revisit_of=prior.revisit_of or prior.fetched_at)
         return out
 

@@ -81,6 +81,8 @@ class PageRecord:
     # The protocols of the fetch, as WARC-Protocol names them: "h2 tls/1.3",
     # "http/1.1 tls/1.2"; "" for plain HTTP/1.1 (and records from before it was kept).
     protocol: str = ""
+    # The Cookie header the page's request sent (from the crawl's jar); "" when none.
+    cookie: str = ""
     body: bytes = b""
 
     def header_dict(self) -> dict[str, Any]:
@@ -114,7 +116,8 @@ class PageRecord:
 
 
 _HEADER_FIELDS = tuple(f.name for f in fields(PageRecord) if f.name not in ("body", "links", "dom"))
-_OPTIONAL_FIELDS = ("render", "revisit", "revisit_of", "revisit_interval", "protocol")
+_OPTIONAL_FIELDS = ("render", "revisit", "revisit_of", "revisit_interval", "protocol",
+                    "cookie")
 
 
 def pack_links(follow: Iterable[str], nofollow: Iterable[str] = (), *,

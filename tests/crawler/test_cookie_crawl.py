@@ -50,17 +50,23 @@ def cookies_sent(web: TestWeb) -> list[tuple[str, str, set[str]]]:
             for r in web.log.records() if r.cookie is not None]
 
 
-def warc_set_cookies(data: Path, tmp_path: Path, url: str) -> list[str]:
-    """The Set-Cookie headers of ``url``'s response record in the crawl's WARC export."""
+def warc_headers(data: Path, tmp_path: Path, url: str, kind: str, name: str) -> list[str]:
+    """The ``name`` headers of ``url``'s ``kind`` record (response, request) in the
+    crawl's WARC export."""
     out = tmp_path / "export.warc.gz"
-    assert main(["export", str(data), "--warc", str(out)]) == 0
+    if not out.exists():
+        assert main(["export", str(data), "--warc", str(out)]) == 0
     with open(out, "rb") as f:
         for rec in ArchiveIterator(f):
-            if rec.rec_type == "response" and rec.rec_headers.get_header(
-                    "WARC-Target-URI") == url:
+            if rec.rec_type == kind and rec.rec_headers.get_header("WARC-Target-URI") == url:
                 assert rec.http_headers is not None
-                return [v for k, v in rec.http_headers.headers if k == "Set-Cookie"]
-    raise AssertionError(f"no response record of {url}")
+                return [v for k, v in rec.http_headers.headers if k == name]
+    raise AssertionError(f"no {kind} record of {url}")
+
+
+def warc_set_cookies(data: Path, tmp_path: Path, url: str) -> list[str]:
+    """The Set-Cookie headers of ``url``'s response record in the crawl's WARC export."""
+    return warc_headers(data, tmp_path, url, "response", "Set-Cookie")
 
 
 def test_the_cookie_wall_page_is_crawled_with_its_content(
@@ -79,6 +85,9 @@ def test_the_cookie_wall_page_is_crawled_with_its_content(
     assert record(tmp_path, inside).status == 200
     assert warc_set_cookies(tmp_path, tmp_path, page) == ["kvseen=1; Max-Age=600; "
                                                           "Path=/x/cookie_wall/"]
+    # the request record says what the page was sent, as the server saw it
+    assert warc_headers(tmp_path, tmp_path, page, "request", "Cookie") == ["kvwall=1; kvsite=1"]
+    assert record(tmp_path, page).cookie == "kvwall=1; kvsite=1"
 
 
 def test_a_cookie_reaches_only_the_hosts_and_paths_it_was_set_for(
@@ -120,6 +129,7 @@ def test_no_cookies_sends_none_and_the_wall_stays_a_redirect(
     # The Set-Cookie lines the server sent are in the record and the WARC, one header each.
     assert [c.split(";")[0] for c in warc_set_cookies(data, tmp_path, page)] == [
         "kvwall=1", "kvsite=1", "kvleak=1", "kvsecure=1"]
+    assert warc_headers(data, tmp_path, page, "request", "Cookie") == []  # none was sent
 
 
 def test_the_jar_survives_a_kill9_and_a_resume_sends_its_cookie(
