@@ -61,7 +61,6 @@ A connection is used by one fetch at a time (out of the pool meanwhile).
 
 from __future__ import annotations
 
-import email.utils
 import http.client
 import io
 import logging
@@ -69,9 +68,8 @@ import ssl
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import certifi
 
@@ -84,9 +82,9 @@ from ..config import (  # the one place of every default a crawl is configured w
     DEFAULT_TOTAL_TIMEOUT,
 )
 from ..exceptions import ConfigError, FetchError, URLError
-from ..web.cookies import MAX_COOKIE_BYTES
 from ..web.urls import DEFAULT_PORTS, URL, host_key
 from . import decoding, proxy
+from .answer import KEPT_HEADERS, VERSIONS, FetchResult, redirect_target, set_cookie_lines
 from .auth import Credentials, merge_headers
 from .connections import (
     Connection,
@@ -107,13 +105,6 @@ DEFAULT_MAX_HEADER_VALUE = 2048
 DEFAULT_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 READ_CHUNK = 64 << 10
 
-KEPT_HEADERS = ("content-type", "content-length", "content-encoding", "location",
-                "retry-after", "last-modified", "etag", "server", "date", "x-robots-tag")
-# Set-Cookie lines kept of one answer, in bytes (newlines included): what a site's cookies
-# may take in the jar (crawler.web.cookies.MAX_SITE_BYTES). The rest is not kept.
-MAX_SET_COOKIE_BYTES = 32 << 10
-_VERSIONS = {9: "HTTP/0.9", 10: "HTTP/1.0", 11: "HTTP/1.1", 20: "HTTP/2"}
-
 Resolve = Callable[[str], str]
 
 
@@ -121,92 +112,6 @@ class Lease(Protocol):
     """Where a fetch counts the body bytes it holds (crawler.run.budget.Lease)."""
 
     def grow(self, n: int) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """One HTTP answer (any status). ``body`` is decoded (gzip/deflate) and at
-    most the Fetcher's limit; ``wire_bytes`` counts body bytes received."""
-
-    url: str
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    ip: str
-    started: float  # time.time() at the start
-    elapsed: float  # seconds, DNS included
-    wire_bytes: int
-    truncated: bool = False
-    truncate_reason: str | None = None  # "too_large" | "decompression_bomb"
-    redirect: str | None = None  # absolute Location of a 3xx
-    http_version: str = "HTTP/1.1"
-    protocol: str = ""  # as WARC-Protocol says it: "h2 tls/1.3", "http/1.1 tls/1.2", ""
-    cookie: str = ""  # the Cookie header sent (the page's, from the crawl's jar), for the record
-
-
-# -- pure helpers ----------------------------------------------------------------------
-
-
-def parse_retry_after(value: str, now: float) -> float | None:
-    """Seconds to wait from a Retry-After value (delay-seconds or an HTTP-date,
-    against ``now`` as time.time()), clamped to >= 0; None if unparsable."""
-    value = value.strip()
-    if value.isascii() and value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when is None:  # pragma: no cover - older Pythons returned None
-        return None
-    return max(0.0, when.timestamp() - now)
-
-
-def parse_content_type(value: str) -> tuple[str, str | None]:
-    """("text/html", "utf-8") from "text/html; charset=UTF-8"; ("", None) when absent."""
-    mime, _, params = value.partition(";")
-    charset = None
-    for param in params.split(";"):
-        name, _, val = param.partition("=")
-        if name.strip().lower() == "charset":
-            charset = val.strip().strip("\"'").strip().lower() or None
-    return mime.strip().lower(), charset
-
-
-def content_type(result: FetchResult) -> tuple[str, str | None]:
-    """(mime, charset) of a FetchResult, lowercase; ("", None) when not declared."""
-    return parse_content_type(result.headers.get("content-type", ""))
-
-
-def set_cookie_lines(values: list[str] | None) -> str:
-    """An answer's Set-Cookie values as kept: each on one line (a folded one unfolded),
-    those over MAX_COOKIE_BYTES left out, joined by a newline, at most
-    MAX_SET_COOKIE_BYTES in all; "" for none."""
-    kept: list[str] = []
-    size = 0
-    for value in values or ():
-        value = value.replace("\r", " ").replace("\n", " ")
-        if len(value) > MAX_COOKIE_BYTES:
-            continue  # the cookie jar ignores it (RFC 6265 §6.1)
-        size += len(value) + 1
-        if size > MAX_SET_COOKIE_BYTES:
-            break
-        kept.append(value)
-    return "\n".join(kept)
-
-
-def _redirect_target(url: str, location: str) -> str | None:
-    try:  # http.client decodes header bytes as Latin-1; most servers send UTF-8
-        location = location.encode("latin-1").decode("utf-8")
-    except UnicodeError:
-        pass
-    location = location.strip()
-    if not location:
-        return None
-    try:
-        return urljoin(url, location)
-    except ValueError:  # e.g. a broken IPv6 literal
-        return None
 
 
 _RESET = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError,
@@ -482,12 +387,12 @@ class Fetcher:
         if 300 <= resp.status < 400:
             locations = msg.get_all("location")
             if locations:
-                redirect = _redirect_target(url, locations[0])
+                redirect = redirect_target(url, locations[0])
         return FetchResult(
             url=url, status=resp.status, headers=headers, body=body, ip=conn.ip,
             started=started, elapsed=time.monotonic() - t0, wire_bytes=wire,
             truncated=reason is not None, truncate_reason=reason, redirect=redirect,
-            http_version=_VERSIONS.get(resp.version, f"HTTP/{resp.version}"),
+            http_version=VERSIONS.get(resp.version, f"HTTP/{resp.version}"),
             protocol=conn.protocol)
 
     def _read_body(self, resp: Response, coding: str | None,

@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from .. import outcomes
 from ..config import CrawlerConfig
 from ..exceptions import DNSError, FetchError
+from ..net.answer import FetchResult, parse_retry_after
 from ..net.dnscache import DNSCache
-from ..net.fetch import Fetcher, FetchResult, parse_retry_after
+from ..net.fetch import Fetcher
 from ..state.badhosts import BadHosts
 from ..web.urls import URL
 from .budget import Lease

@@ -36,7 +36,8 @@ from typing import Any
 from .. import outcomes
 from ..config import CrawlerConfig
 from ..exceptions import URLError
-from ..net.fetch import Fetcher, FetchResult
+from ..net.answer import FetchResult
+from ..net.fetch import Fetcher
 from ..state.cookiestore import CookieJar
 from ..state.frontier import Claimed, Frontier, Outcome
 from ..state.pages import PageRecord, Pending, encode_page

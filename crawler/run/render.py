@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from ..config import CrawlerConfig
 from ..exceptions import BrowserError, BrowserGone
+from ..net.answer import FetchResult
 from ..net.browser import Browser, Rendered, SubFetch
-from ..net.fetch import FetchResult
 from ..state.frontier import Claimed, Frontier, Outcome
 from .responses import ResponseReader
 

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from .. import outcomes
 from ..config import CrawlerConfig, Scope, stores_type
 from ..exceptions import URLError
-from ..net.fetch import FetchResult, content_type
+from ..net.answer import FetchResult, content_type
 from ..state.pages import Pending, decode_page, encode_page, pack_links
 from ..web.links import Reserve, extract, is_html, robots_directives
 from ..web.urls import host_of, normalize, url_key

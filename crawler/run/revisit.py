@@ -34,7 +34,7 @@ from typing import Any
 import kvstore
 
 from ..exceptions import CrawlerError
-from ..net.fetch import FetchResult
+from ..net.answer import FetchResult
 from ..state.due import next_interval
 from ..state.pages import PageRecord, decode_page
 from ..state.retry import PRIOR_NAME

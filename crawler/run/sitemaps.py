@@ -62,7 +62,8 @@ from kvstore import KeySet, md5_key
 from .. import outcomes
 from ..config import CrawlerConfig, Scope
 from ..exceptions import DataDirError, URLError
-from ..net.fetch import Fetcher, FetchResult
+from ..net.answer import FetchResult
+from ..net.fetch import Fetcher
 from ..state.frontier import Frontier
 from ..state.sitemapstore import SitemapStore
 from ..web.sitemaps import MAX_SITEMAP_BYTES, SitemapEntry, parse_sitemap

@@ -9,7 +9,7 @@ import pytest
 from publicsuffixlist import PublicSuffixList
 
 import kvstore
-from crawler.net.fetch import MAX_SET_COOKIE_BYTES, set_cookie_lines
+from crawler.net.answer import MAX_SET_COOKIE_BYTES, set_cookie_lines
 from crawler.state.cookiestore import COOKIES_NAME, CookieJar
 from crawler.web import cookies as ck
 from crawler.web.cookies import (

@@ -20,14 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crawler.exceptions import ConfigError, DNSError, FetchError, URLError
-from crawler.net.fetch import (
-    READ_CHUNK,
-    Fetcher,
-    FetchResult,
-    content_type,
-    parse_content_type,
-    parse_retry_after,
-)
+from crawler.net.answer import FetchResult, content_type, parse_content_type, parse_retry_after
+from crawler.net.fetch import READ_CHUNK, Fetcher
 from crawler.web.urls import normalize, parse
 from tools.testweb import fault
 from tools.testweb.harness import TestWeb
