@@ -80,7 +80,7 @@ def set_cookie_lines(values: list[str] | None) -> str:
     kept: list[str] = []
     size = 0
     for value in values or ():
-        value = value.replace("\r", " ").replace("\n", " ")
+        value = value.replace("\r", " ").replace("\n", " ").replace("\x00", "")
         if len(value) > MAX_COOKIE_BYTES:
             continue  # the cookie jar ignores it (RFC 6265 §6.1)
         size += len(value) + 1

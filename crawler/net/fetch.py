@@ -379,6 +379,8 @@ class Fetcher:
         for name in KEPT_HEADERS:
             value = msg.get(name)
             if value is not None:
+                if "\x00" in value:  # no record (or WARC) holds one; h2 refuses it outright
+                    value = value.replace("\x00", "")
                 headers[name] = value[: self._max_header]
         cookies = set_cookie_lines(msg.get_all("set-cookie"))
         if cookies:

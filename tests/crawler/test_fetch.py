@@ -549,6 +549,21 @@ def answer(body: bytes, *headers: str, status: str = "200 OK") -> bytes:
 
 
 class TestRawAnswers:
+    def test_a_nul_in_a_header_never_reaches_the_result(self, raw_server: Any,
+                                                        make_fetcher: MakeFetcher):
+        # http.client reads it; a page record (and a WARC written from it) must not hold it
+        def handler(conn: socket.socket, n: int) -> None:
+            read_head(conn)
+            conn.sendall(answer(b"<p>x</p>", "Content-Type: text/ht\x00ml",
+                                "Server: ev\x00il", "Set-Cookie: a=b\x00c; Path=/"))
+
+        srv = raw_server(handler)
+        r = make_fetcher(RAW).fetch(srv.url())
+        assert r.status == 200 and r.body == b"<p>x</p>"
+        assert (r.headers["content-type"], r.headers["server"]) == ("text/html", "evil")
+        assert r.headers["set-cookie"] == "a=bc; Path=/"
+        assert not any("\x00" in v for v in r.headers.values())
+
     def test_garbage_response_is_protocol_error(self, raw_server: Any,
                                                 make_fetcher: MakeFetcher):
         def handler(conn: socket.socket, n: int) -> None:
