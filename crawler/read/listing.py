@@ -39,10 +39,8 @@ import os
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
-from lxml import etree
 
 import kvstore
 
@@ -50,6 +48,7 @@ from ..exceptions import CrawlerError, DataDirError
 from ..state.pages import PageRecord, decode_page
 from ..state.shards import crawl_count, owner, shard_dir
 from ..web.links import is_html, sniff_charset
+from ..web.pagemeta import PageMeta, read_html
 from ..web.urls import host_of, normalize, url_key
 from .display import printable
 
@@ -57,11 +56,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PREVIEW_BYTES = 64  # bytes of a binary body shown in hex by ``show``
 DEFAULT_MAX_TEXT_CHARS = 100_000  # visible text kept per page (JSONL --text)
-_FEED_BYTES = 64 << 10  # lxml is fed in pieces (whole, libxml2 stops at 10 MB of text)
-_INVISIBLE = frozenset({"script", "style", "noscript", "template"})
-_BLOCKS = frozenset({"p", "div", "br", "li", "tr", "td", "th", "h1", "h2", "h3", "h4", "h5",
-                     "h6", "title", "section", "article", "header", "footer", "nav", "table",
-                     "ul", "ol", "dl", "dt", "dd", "pre", "blockquote", "form", "hr", "body"})
 _TEXT_TYPES = ("application/xhtml+xml", "application/xml", "application/json",
                "application/javascript", "application/ecmascript")
 _SNIFF_BYTES = 1024
@@ -251,54 +245,24 @@ def describe(page: PageRecord, *, preview: int = DEFAULT_PREVIEW_BYTES) -> str:
 
 
 
-class _TextTarget:
-    """lxml parser target collecting visible text, up to ``limit`` characters."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.size, self.hidden = limit, 0, 0
-        self.parts: list[str] = []
-
-    def start(self, tag: str, attrib: Any) -> None:
-        if tag in _INVISIBLE:
-            self.hidden += 1
-        elif tag in _BLOCKS:
-            self.parts.append(" ")
-
-    def end(self, tag: str) -> None:
-        if tag in _INVISIBLE:
-            self.hidden = max(0, self.hidden - 1)
-        elif tag in _BLOCKS:
-            self.parts.append(" ")
-
-    def data(self, text: str) -> None:
-        if not self.hidden and self.size < self.limit:
-            self.parts.append(text)
-            self.size += len(text)
-
-    def close(self) -> str:
-        return " ".join("".join(self.parts).split())[: self.limit]
-
-
-def visible_text(page: PageRecord, *, limit: int = DEFAULT_MAX_TEXT_CHARS) -> str | None:
-    """The text a reader sees: HTML without scripts and styles, or a text body; None
-    for a page with no body or a binary one. At most ``limit`` characters."""
+def page_meta(page: PageRecord, *, limit: int = DEFAULT_MAX_TEXT_CHARS) -> PageMeta | None:
+    """What the stored page says about itself (crawler.web.pagemeta): for HTML its text
+    and head, for a text body its text alone; None for no body or a binary one. At most
+    ``limit`` characters of text."""
     body = page.body
     if not body or not is_text(page.content_type, body):
         return None
     text = body.decode(sniff_charset(page.content_type, body), "replace").replace("\0", "\ufffd")
     if not is_html(page.content_type, body[:512]):
-        return " ".join(text[: limit * 2].split())[:limit]
-    target = _TextTarget(limit)
-    parser = etree.HTMLParser(target=target, encoding="utf-8", recover=True, no_network=True,
-                              remove_comments=True, remove_pis=True)
-    data = text.encode("utf-8")
-    try:
-        for i in range(0, len(data), _FEED_BYTES):
-            parser.feed(data[i : i + _FEED_BYTES])
-        result = parser.close()
-    except etree.LxmlError:  # recover=True rarely gives up; keep what was collected
-        result = target.close()
-    return str(result)
+        return PageMeta(text=" ".join(text[: limit * 2].split())[:limit])
+    return read_html(text.encode("utf-8"), page.url, text_limit=limit)
+
+
+def visible_text(page: PageRecord, *, limit: int = DEFAULT_MAX_TEXT_CHARS) -> str | None:
+    """The text a reader sees: HTML without scripts and styles, or a text body; None
+    for a page with no body or a binary one. At most ``limit`` characters."""
+    meta = page_meta(page, limit=limit)
+    return None if meta is None else meta.text
 
 
 __all__ = [
@@ -312,5 +276,6 @@ __all__ = [
     "iso_time",
     "matches",
     "page_line",
+    "page_meta",
     "visible_text",
 ]

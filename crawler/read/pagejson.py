@@ -16,16 +16,18 @@ from __future__ import annotations
 from typing import Any
 
 from ..state.pages import NOFOLLOW, PageRecord
+from ..web.simhash import simhash
 from .linkgraph import Resolver
-from .listing import DEFAULT_MAX_TEXT_CHARS, iso_time, visible_text
+from .listing import DEFAULT_MAX_TEXT_CHARS, iso_time, page_meta
 from .rankstore import Rank
 
-__all__ = ["graph_fields", "page_object", "rank_fields"]
+__all__ = ["graph_fields", "page_object", "rank_fields", "text_fields"]
 
 
 def page_object(page: PageRecord, *, text: bool = False,
                 text_limit: int = DEFAULT_MAX_TEXT_CHARS) -> dict[str, Any]:
-    """One JSONL object: the record's fields as stored, the fetch time in ISO 8601 UTC."""
+    """One JSONL object: the record's fields as stored, the fetch time in ISO 8601 UTC.
+    ``text``: also what the page says about itself (text_fields), read from its body."""
     obj: dict[str, Any] = {
         "url": page.url, "final_url": page.final_url, "status": page.status,
         "reason": page.reason, "content_type": page.content_type,
@@ -35,8 +37,23 @@ def page_object(page: PageRecord, *, text: bool = False,
         "render": page.render, "dom_size": len(page.dom), "revisit": page.revisit,
     }
     if text:
-        obj["text"] = visible_text(page, limit=text_limit)
+        obj.update(text_fields(page, text_limit))
     return obj
+
+
+def text_fields(page: PageRecord, limit: int = DEFAULT_MAX_TEXT_CHARS) -> dict[str, Any]:
+    """The JSONL fields read from a page's body in one parse (crawler.web.pagemeta): its
+    visible ``text`` (at most ``limit`` characters), ``title``, ``description``,
+    ``canonical``, ``lang``, ``opengraph`` and ``jsonld`` (structured data, when the page
+    has them), and ``simhash`` (64 bits as 16 hex digits: JSON numbers stop at 2**53).
+    All null for a page with no text body."""
+    meta = page_meta(page, limit=limit)
+    if meta is None:
+        return dict.fromkeys(("text", "title", "description", "canonical", "lang",
+                              "opengraph", "jsonld", "simhash"))
+    return {"text": meta.text, "title": meta.title, "description": meta.description,
+            "canonical": meta.canonical, "lang": meta.lang, "opengraph": meta.opengraph,
+            "jsonld": meta.jsonld, "simhash": f"{simhash(meta.text):016x}"}
 
 
 def graph_fields(page: PageRecord, resolver: Resolver | None) -> dict[str, Any]:

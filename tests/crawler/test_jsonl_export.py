@@ -19,12 +19,14 @@ from warcio.archiveiterator import ArchiveIterator
 from crawler.cli import main
 from crawler.read.listing import CrawlReader, visible_text
 from crawler.state.pages import PageRecord
+from crawler.web.simhash import simhash
 from tools.testweb import SiteConfig, TestWeb, fault
 
 FIELDS = {"url", "final_url", "status", "reason", "content_type", "fetched_at", "ip", "depth",
           "outlinks", "truncated", "noindex", "redirect", "size", "render", "dom_size",
           "revisit"}
 GRAPH = {"elapsed", "links", "rank", "rank_scaled"}  # test_linkgraph.py, test_rank.py
+TEXT = {"text", "title", "description", "canonical", "lang", "opengraph", "jsonld", "simhash"}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +86,7 @@ def test_text_to_stdout_is_the_visible_text(
     for url, obj in got.items():
         page = pages[url]
         if page.status != 200 or not page.body:
-            assert obj["text"] is None, url
+            assert all(obj[name] is None for name in TEXT), url
             continue
         if "/x/charsets/" in url or "/x/binary/" in url:  # not UTF-8 / not HTML
             continue
@@ -92,6 +94,8 @@ def test_text_to_stdout_is_the_visible_text(
         title = served.findtext(".//title")
         words = "".join(served.text_content().split())
         assert title and " ".join(title.split()) in obj["text"], url
+        assert obj["title"] == " ".join(title.split()), url
+        assert obj["simhash"] == f"{simhash(obj['text']):016x}", url
         assert "<" not in obj["text"] or "<" in words, url
         # Same characters in the same order; only the spacing at block boundaries differs.
         assert obj["text"].replace(" ", "") == words, url
@@ -180,7 +184,7 @@ def test_render_status_and_dom_size_of_rendered_pages(tmp_path: Path) -> None:
     got = read_jsonl(out.read_text(encoding="utf-8"))
     assert {u: (o["render"], o["dom_size"]) for u, o in got.items()} == {
         RENDERED: ("ok", len(DOM)), CUT: ("render_timeout", 0), PLAIN: ("", 0)}
-    assert all(set(o) == FIELDS | GRAPH | {"text"} for o in got.values())
+    assert all(set(o) == FIELDS | GRAPH | TEXT for o in got.values())
     assert got[RENDERED]["text"] == "b"  # --text stays the server body's text
     assert got[RENDERED]["size"] == len(pages_of(data)[RENDERED].body) != len(DOM)
 
