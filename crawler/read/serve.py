@@ -5,7 +5,8 @@ read-only reader: it never writes the crawl) every ``interval`` seconds, and
 only when the crawl changed (its record count or status.json moved on);
 requests are answered from the last computed report, so a slow computation
 never holds a request. ``/`` is the HTML page, which refreshes itself every
-``refresh`` seconds; ``/report.json`` the same numbers; anything else is 404
+``refresh`` seconds; ``/report.json`` the same numbers; ``/metrics`` the shards' status
+in the Prometheus text format (crawler.read.metrics, read at each scrape); anything else is 404
 and any method but GET/HEAD is 405. The server binds 127.0.0.1 by default:
 the report shows URLs and hosts of the crawl, for the operator.
 
@@ -40,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..exceptions import ConfigError, CrawlerError
+from . import metrics
 from .listing import CrawlReader
 from .report import compute
 from .reporthtml import render
@@ -274,6 +276,13 @@ class ReportServer:
                 return (HTTPStatus.SERVICE_UNAVAILABLE, "application/json",
                         json.dumps({"error": error or "computing"}).encode())
             return HTTPStatus.OK, "application/json", data
+        if path == "/metrics":  # read anew each scrape: the shards' status files
+            try:
+                text = metrics.metrics_text(self.data_dir)
+            except (OSError, CrawlerError) as exc:
+                return (HTTPStatus.SERVICE_UNAVAILABLE, "text/plain; charset=utf-8",
+                        f"metrics unavailable: {exc}\n".encode())
+            return HTTPStatus.OK, metrics.CONTENT_TYPE, text.encode("utf-8")
         return HTTPStatus.NOT_FOUND, "text/plain; charset=utf-8", b"not found\n"
 
 

@@ -433,6 +433,8 @@ class Engine:
             "depth_not_reread": self.reader.not_reread,
             "outcomes": counts.outcomes,
             "mb": round(counts.bytes / 1e6, 1),
+            "bytes": counts.bytes,
+            "uncommitted": frontier["uncommitted"],
             "memory": self.budget.snapshot(),  # bytes in flight (docs/HOSTILE.md, "Memory")
             "sitemaps": self.sitemaps.snapshot() if self.sitemaps is not None else {},
         }

@@ -488,6 +488,7 @@ class Frontier:
             "in_flight": len(self.processing),
             "bulks": len(self.pend),
             "admitted": self.admitted,
+            "uncommitted": len(self._queue),  # outcomes waiting for the committer
         }
 
     def close(self) -> None:
