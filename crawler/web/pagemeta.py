@@ -1,5 +1,6 @@
 """What an HTML page says about itself, read in one bounded pass: its visible text, title,
-meta description, canonical URL, language, OpenGraph properties and JSON-LD blocks.
+meta description, canonical URL, language, OpenGraph properties, JSON-LD blocks, and the
+text of its links (what it says about the pages it links to: anchor text).
 
 One lxml parser *target* (no tree is built) is fed the page in 64 KiB pieces, so memory
 is the text kept plus the bounds below, whatever the page: a page of a million
@@ -10,7 +11,9 @@ Bounds (a value past one is cut, a block past one dropped): the title and each
 OpenGraph value at :data:`MAX_VALUE` characters, the description at
 :data:`MAX_DESCRIPTION`, :data:`MAX_OPENGRAPH` OpenGraph properties (the first of each
 name), :data:`MAX_JSONLD_BLOCKS` JSON-LD blocks of at most :data:`MAX_JSONLD_BYTES`
-characters each (a longer one, or one that is not JSON, is skipped, not an error).
+characters each (a longer one, or one that is not JSON, is skipped, not an error),
+:data:`MAX_ANCHORS` links with text (``<a href>`` not rel=nofollow, the first
+``<base href>`` kept to resolve them), each text cut at :data:`MAX_ANCHOR_TEXT`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ MAX_DESCRIPTION = 2_000
 MAX_OPENGRAPH = 32
 MAX_JSONLD_BLOCKS = 8
 MAX_JSONLD_BYTES = 64 << 10
+MAX_ANCHORS = 500
+MAX_ANCHOR_TEXT = 200
 # Elements whose text no reader sees; elements that end a run of words.
 INVISIBLE = frozenset({"script", "style", "noscript", "template"})
 BLOCKS = frozenset({"p", "div", "br", "li", "tr", "td", "th", "h1", "h2", "h3", "h4", "h5",
@@ -47,6 +52,8 @@ class PageMeta:
     lang: str = ""  # <html lang>, lowercase
     opengraph: dict[str, str] = field(default_factory=dict)  # og:title -> value
     jsonld: list[Any] = field(default_factory=list)  # each block's JSON value
+    base: str = ""  # the first <base href>, as written
+    anchors: list[tuple[str, str]] = field(default_factory=list)  # (href as written, text)
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -65,6 +72,7 @@ class _Target:
         self.got_title = False
         self.jsonld: list[str] | None = None  # collecting a JSON-LD block
         self.jsonld_size = 0
+        self.anchor: tuple[str, list[str]] | None = None  # the open <a>: href, text
 
     def start(self, tag: str, attrib: Any) -> None:
         if tag in INVISIBLE:
@@ -90,6 +98,14 @@ class _Target:
                     pass
         elif tag == "html" and not self.meta.lang:
             self.meta.lang = attrib.get("lang", "").strip().lower()[:35]  # BCP 47's longest
+        elif tag == "a":
+            self._end_anchor()  # <a> does not nest: a new one ends the open one
+            href = attrib.get("href")
+            if (href is not None and len(self.meta.anchors) < MAX_ANCHORS
+                    and "nofollow" not in attrib.get("rel", "").lower().split()):
+                self.anchor = (href.strip()[:4096], [])
+        elif tag == "base" and not self.meta.base:
+            self.meta.base = attrib.get("href", "").strip()[:4096]
 
     def _meta(self, attrib: Any) -> None:
         content = attrib.get("content")
@@ -114,6 +130,17 @@ class _Target:
         if tag == "title" and self.title is not None:
             self.meta.title = _one_line("".join(self.title), MAX_VALUE)
             self.title, self.got_title = None, True
+        elif tag == "a":
+            self._end_anchor()
+
+    def _end_anchor(self) -> None:
+        if self.anchor is None:
+            return
+        href, parts = self.anchor
+        self.anchor = None
+        text = _one_line("".join(parts), MAX_ANCHOR_TEXT)
+        if text and href:
+            self.meta.anchors.append((href, text))
 
     def _end_jsonld(self) -> None:
         block, self.jsonld = self.jsonld, None
@@ -132,11 +159,15 @@ class _Target:
             return
         if self.title is not None and sum(map(len, self.title)) < MAX_VALUE * 4:
             self.title.append(text)
-        if not self.hidden and self.size < self.limit:
-            self.parts.append(text)
-            self.size += len(text)
+        if not self.hidden:
+            if self.size < self.limit:
+                self.parts.append(text)
+                self.size += len(text)
+            if self.anchor is not None and sum(map(len, self.anchor[1])) < MAX_ANCHOR_TEXT * 4:
+                self.anchor[1].append(text)
 
     def close(self) -> PageMeta:
+        self._end_anchor()
         if self.title is not None:  # a <title> the page never closed
             self.meta.title = _one_line("".join(self.title), MAX_VALUE)
         self.meta.text = " ".join("".join(self.parts).split())[: self.limit]

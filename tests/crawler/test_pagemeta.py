@@ -16,6 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawler.web.pagemeta import (
+    MAX_ANCHOR_TEXT,
+    MAX_ANCHORS,
     MAX_DESCRIPTION,
     MAX_JSONLD_BLOCKS,
     MAX_JSONLD_BYTES,
@@ -97,6 +99,25 @@ def test_a_hostile_page_costs_its_bounds_not_its_size() -> None:
 def test_any_bytes_give_a_result_never_an_error(data: bytes) -> None:
     meta = read_html(data, "http://a.test/")
     assert len(meta.title) <= MAX_VALUE and isinstance(meta.jsonld, list)
+
+
+def test_links_say_what_their_targets_are_about() -> None:
+    meta = read_html(b"""<html><head><base href="/docs/"><base href="/other/"></head><body>
+        <a href="intro.html">Read the <b>introduction</b></a>
+        <a href="x.html" rel="nofollow">paid</a> <a href="empty.html"> </a>
+        <a href="a.html">first<a href="b.html">second</a>
+        <script>document.write('<a href="s.html">scripted</a>')</script>
+        <a name="anchor-only">no href</a><a href="last.html">unclosed""")
+    assert meta.base == "/docs/"
+    assert meta.anchors == [("intro.html", "Read the introduction"), ("a.html", "first"),
+                            ("b.html", "second"), ("last.html", "unclosed")]
+
+
+def test_anchors_are_bounded() -> None:
+    many = b"".join(b'<a href="/p%d">%s</a>' % (i, b"w " * 500) for i in range(MAX_ANCHORS + 50))
+    meta = read_html(many)
+    assert len(meta.anchors) == MAX_ANCHORS
+    assert all(len(text) <= MAX_ANCHOR_TEXT for _, text in meta.anchors)
 
 
 # -- SimHash ----------------------------------------------------------------------------
