@@ -74,6 +74,9 @@ METRICS = (
            _field("waiting")),
     Metric("hosts", "gauge", "hosts with a slot in the politeness scheduler",
            _field("hosts")),
+    Metric("hosts_delayed", "gauge", "hosts with URLs waiting whose turn is not yet "
+           "(their delay, Crawl-delay, Retry-After or backoff: politeness waits)",
+           _field("delayed_hosts")),
     Metric("bad_hosts", "gauge", "hosts in BadHosts (DNS or connect failures)",
            _field("bad_hosts")),
     Metric("outbox", "gauge", "links waiting to be handed to the shards that own them",

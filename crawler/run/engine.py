@@ -425,6 +425,7 @@ class Engine:
             "pending": frontier["pending"],
             "in_flight": frontier["in_flight"],
             "waiting": self.scheduler.waiting,
+            "delayed_hosts": self.scheduler.delayed(),
             "hosts": self.scheduler.hosts(),
             "bad_hosts": len(self.bad_hosts),
             # URLs a shorter path reached after they were admitted (--max-depth), and

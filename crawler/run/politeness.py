@@ -346,6 +346,13 @@ class Scheduler:
         """Host slots in memory now."""
         return len(self._slots)
 
+    def delayed(self) -> int:
+        """Hosts with URLs waiting and a free connection whose turn is not yet: politeness
+        (their delay, Crawl-delay, a Retry-After or a backoff) holds them now."""
+        with self._cond:
+            now = self._clock()
+            return sum(1 for _, _, s in self._heap if s.next_at > now and s.queue)
+
     def close(self) -> None:
         """Make every ``next()``, blocked or future, return None: the workers stop."""
         with self._cond:

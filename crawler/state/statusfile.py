@@ -26,7 +26,8 @@ STATUS_NAME = "status.json"
 
 # Snapshot fields that add up over shards (pages_per_s is recomputed by whoever sums).
 _SUMMED = ("fetched", "done", "pending", "in_flight", "waiting", "hosts", "bad_hosts", "outbox",
-           "depth_improved", "depth_not_reread", "mb", "bytes", "uncommitted", "rss_mb",
+           "depth_improved", "depth_not_reread", "mb", "bytes", "uncommitted",
+           "delayed_hosts", "rss_mb",
            "pages_per_s", "avg_pages_per_s")
 # A revisiting crawl's fields (start --revisit-after): summed, but for the next due time.
 _REVISIT = ("revisits", "revisits_waiting")

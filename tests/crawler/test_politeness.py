@@ -121,3 +121,20 @@ def test_a_host_becoming_ready_later_is_served_on_time() -> None:
     assert s.next(timeout=0) is None
     clock.now += 0.5
     assert s.next(timeout=0) is not None
+
+
+def test_delayed_counts_the_hosts_politeness_holds_now() -> None:
+    clock = Clock()
+    s = make(clock)
+    for host in ("a", "b", "c"):
+        s.offer(host, host + "0")
+        s.offer(host, host + "1")
+    s.offer("d", "d0")
+    assert s.delayed() == 0  # every host may go now
+    taken = [s.next(timeout=0) for _ in range(4)]
+    assert all(taken)
+    for slot, _ in taken[:3]:  # a, b and c are asked once and owe their delay
+        s.release(slot)
+    assert s.delayed() == 3  # their second URLs wait their turn; d has none left
+    clock.now += 1.01
+    assert s.delayed() == 0
