@@ -1,0 +1,150 @@
+"""The search benchmarks (tools/bench_extract.py, tools/bench_index.py) run end to end at a
+tiny size and write the JSON their docstrings document.
+
+Speed is never asserted (that is what the tools are for). What is asserted is that they
+measure what they say: the quality reference is the marked main content (the plain
+visible text finds all of it), the libraries count the same matching pages, and a
+SIGKILLed index reopens. An extractor or index library that is not installed is skipped
+by name; SQLite FTS5 (the standard library) always runs.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tools import bench_extract
+
+REPO = Path(__file__).resolve().parents[2]
+TOOL_TIMEOUT = 120  # seconds for one tool run; a few here
+
+SPHINX = """<!DOCTYPE html><html><head><title>json - JSON encoder</title></head><body>
+<div class="related" role="navigation"><a href="index.html">Navigation</a> previous next</div>
+<div class="document"><div class="body" role="main"><section><h1>json encoder</h1>
+<p>The json module <b>encodes</b> objects; <code>dumps</code> returns a string.</p>
+<table><tr><td>dict</td><td>object</td></tr></table></section></div></div>
+<div class="sphinxsidebar" role="navigation"><h3>Table of Contents</h3><ul><li>sidebar</li></ul>
+</div><div class="footer">Copyright foundation license</div></body></html>"""
+DOCBOOK = """<?xml version="1.0" encoding="UTF-8"?><html xmlns="http://www.w3.org/1999/xhtml">
+<head><title>SELECT</title></head><body><div class="navheader"><table><tr><td>Prev</td>
+<td>Up</td><td>Home</td><td>Next</td></tr></table></div><div class="refentry"><h2>SELECT</h2>
+<p>SELECT retrieves rows from zero or more tables.</p><pre>SELECT * FROM films;</pre></div>
+<div class="navfooter"><table><tr><td>Prev</td><td>Home</td><td>Next: SELECT INTO</td></tr>
+</table></div></body></html>"""
+PLAIN = "<html><body><p>A page of no known generator: it counts for speed only.</p></body></html>"
+
+
+def _installed(dist: str) -> bool:
+    try:
+        importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _param(name: str, dist: str | None) -> Any:
+    return pytest.param(name, marks=pytest.mark.skipif(
+        dist is not None and not _installed(dist), reason=f"{dist} is not installed"))
+
+
+def _run(args: list[str], tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, *args, "--workdir", str(tmp_path / "work"),
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=TOOL_TIMEOUT, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout, json.loads(out.read_text())
+
+
+def test_reference_is_the_marked_main_content() -> None:
+    sphinx = bench_extract.reference(SPHINX.encode())
+    docbook = bench_extract.reference(DOCBOOK.encode())
+    assert bench_extract.reference(PLAIN.encode()) is None
+    assert sphinx is not None and docbook is not None
+    generator, ref, boiler, links = sphinx
+    assert generator == "sphinx" and links == 0.0
+    assert ref["encodes"] == 1 and ref["dict"] == 1 and ref["object"] == 1  # cells apart
+    assert "sidebar" in boiler and "copyright" in boiler and "encodes" not in boiler
+    generator, ref, boiler, links = docbook
+    assert generator == "docbook" and ref["films"] == 1 and links == 0.0
+    assert boiler["prev"] == 2 and "select" not in boiler  # the title is in the body too
+    toc = SPHINX.replace("<p>The json", '<p><a href="a.html">one two three four five six</a>'
+                         '<a href="b.html"> seven eight nine ten eleven twelve thirteen</a>'
+                         + '<a href="c.html"> fourteen fifteen sixteen seventeen</a> The json')
+    listing = bench_extract.reference(toc.encode())
+    assert listing is not None and listing[3] > bench_extract.LINK_LIST_SHARE
+
+
+def test_score_counts_tokens_and_boilerplate() -> None:
+    ref, boiler = Counter({"a": 2, "b": 1}), Counter({"nav": 1, "home": 1})
+    s = bench_extract.score(Counter({"a": 1, "b": 1, "nav": 1}), ref, boiler)
+    assert s["p"] == pytest.approx(2 / 3) and s["r"] == pytest.approx(2 / 3)
+    assert (s["leaked"], s["boiler"]) == (1, 2)
+    assert bench_extract.score(Counter(), ref, boiler)["f1"] == 0.0
+
+
+@pytest.mark.parametrize("extractor", [
+    _param(name, dist) for name, dist in bench_extract.DISTRIBUTIONS.items()])
+def test_bench_extract_reports_speed_and_quality(extractor: str, tmp_path: Path) -> None:
+    html = tmp_path / "docs-sample"  # the doc set's label
+    html.mkdir()
+    for name, page in (("sphinx.html", SPHINX), ("docbook.html", DOCBOOK), ("plain.html", PLAIN)):
+        (html / name).write_text(page, encoding="utf-8")
+    stdout, res = _run(["tools/bench_extract.py", "--html-dir", str(html), "--repeat", "2",
+                        "--extractors", ",".join(dict.fromkeys(["visible", extractor]))],
+                       tmp_path)
+    assert set(res) >= {"machine", "args", "corpus", "runs", "summary", "skipped"}
+    assert res["corpus"]["docs-sample"]["files"] == 3
+    assert res["corpus"]["docs-sample"]["with_reference"] == 2
+    by_name = {s["extractor"]: s for s in res["summary"]}
+    s = by_name[extractor]
+    assert s["runs"] == 2 and s["pages"] == 3 and s["deterministic"]
+    assert s["pages_per_s"] > 0 and s["cpu_ms_per_page"] > 0 and s["peak_rss_bytes"] > 1e6
+    q = s["quality"]["all"]
+    assert q["pages"] == 2
+    assert all(0.0 <= q[k] <= 1.0 for k in ("p", "r", "f1", "f1_median", "leak"))
+    visible = by_name["visible"]["quality"]["all"]
+    assert visible["r"] == 1.0 and visible["leak"] == 1.0  # every word, boilerplate too
+    assert "| extractor |" in stdout and "| doc set |" in stdout
+
+
+@pytest.mark.parametrize("library", [
+    pytest.param("sqlite-fts5"), _param("tantivy", "tantivy")])
+def test_bench_index_builds_queries_and_survives_kill(library: str, tmp_path: Path) -> None:
+    stdout, res = _run(["tools/bench_index.py", "--pages", "2000", "--libraries", library,
+                        "--repeat", "1", "--batch", "200", "--query-runs", "2",
+                        "--crash-trials", "2", "--crash-pages", "2000"], tmp_path)
+    assert set(res) >= {"machine", "corpus", "runs", "crash", "summary", "hits_agree"}
+    corpus = res["corpus"]
+    assert corpus["pages"] == 2000 and 300 < corpus["body_words"] / 2000 < 600
+    s = res["summary"][0]
+    assert s["library"] == library and s["count_ok"]
+    assert s["build_pages_per_s"] > 0 and s["disk_bytes"] > 0 and s["size_vs_text"] > 0.1
+    assert 0 < s["query_p50_ms"] <= s["query_p95_ms"]
+    hits = {q["name"]: q["hits"] for q in s["queries"]}
+    assert hits["word 1"] > hits["word 1000"] > 0 and len(hits) == 11
+    for trial in res["crash"][library]:
+        assert trial["killed"] and trial["intact"] and trial["at_a_commit"], trial
+        assert trial["writable_after"] and trial["query_ok"], trial
+    assert "| library |" in stdout and "kill -9" in stdout
+
+
+def test_bench_index_corpus_is_deterministic_and_prefix_stable(tmp_path: Path) -> None:
+    from tools import bench_index
+
+    small, big = tmp_path / "small.tsv", tmp_path / "big.tsv"
+    bench_index.generate(small, 50, seed=3, vocab=1000)
+    bench_index.generate(big, 120, seed=3, vocab=1000)
+    again = tmp_path / "again.tsv"
+    bench_index.generate(again, 50, seed=3, vocab=1000)
+    assert small.read_bytes() == again.read_bytes()
+    assert big.read_bytes().startswith(small.read_bytes())
+    assert bench_index.word(0) != bench_index.word(1) and len(bench_index.word(0)) == 4
+    assert len({bench_index.word(i) for i in range(20_000)}) == 20_000
