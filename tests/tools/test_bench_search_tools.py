@@ -130,8 +130,10 @@ def test_bench_index_builds_queries_and_survives_kill(library: str, tmp_path: Pa
     assert 0 < s["query_p50_ms"] <= s["query_p95_ms"]
     hits = {q["name"]: q["hits"] for q in s["queries"]}
     assert hits["word 1"] > hits["word 1000"] > 0 and len(hits) == 11
-    for trial in res["crash"][library]:
-        assert trial["killed"] and trial["intact"] and trial["at_a_commit"], trial
+    killed = [t for t in res["crash"][library] if t["killed"]]
+    assert killed  # a trial whose build ended before the kill (a starved reader) proves nothing
+    for trial in killed:
+        assert trial["intact"] and trial["at_a_commit"], trial
         assert trial["writable_after"] and trial["query_ok"], trial
     assert "| library |" in stdout and "kill -9" in stdout
 
