@@ -11,5 +11,6 @@ only from its own layer, the layers below it, and the shared ``config`` and
 - ``run``: the running crawl, threads and processes (engine, politeness, status, robots
   cache, shards, the link exchange, the supervisor);
 - ``read``: what reads a crawl on disk (listing, export);
+- ``search``: the crawl's full-text index (extraction, indexing, queries), on ``read``;
 - ``cli``: the command line, on top.
 """

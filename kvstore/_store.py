@@ -278,6 +278,18 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
         found, _ = self._live().index.lookup_many(arr)
         return found >= 0
 
+    def versions(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """(generation, keys, versions): a snapshot of every live key ((n, 16) uint8) and
+        its record's version (int64), in no order, without disk access. A key's version
+        changes whenever its value is written again, and only then, within one
+        generation; ``compact()`` starts a new generation (every version may change and
+        a new one may equal an old one), so versions compare only under one generation.
+        For readers that keep a copy of a store up to date (a search index)."""
+        with self._lock:
+            g = self._live()
+            keys, offsets = g.index.items_arrays()
+            return g.files.gen, keys, offsets
+
     def random_key(self) -> bytes:
         """A live key drawn uniformly at random, without disk access; KeyError if empty."""
         with self._lock:

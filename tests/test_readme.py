@@ -446,6 +446,23 @@ def _dump_lines(res: Result, m: re.Match[str], run: _Run) -> str | None:
     return None if good else f"{m.group(1)} is not `<hex key>\\t<value>` lines"
 
 
+def _indexed(res: Result, m: re.Match[str], run: _Run) -> str | None:
+    found = re.search(r"^indexed ([\d,]+) pages", res.stdout, re.M)
+    if found is None or int(found.group(1).replace(",", "")) == 0:
+        return "no `indexed N pages` line with N > 0"
+    return None
+
+
+def _ranked_hits(res: Result, m: re.Match[str], run: _Run) -> str | None:
+    """At least one result, a snippet-bearing hit list, at most --limit of them."""
+    hits = re.findall(r"^\d+\. ", res.stdout, re.M)
+    if not hits or len(hits) > int(m.group(1)):
+        return f"{len(hits)} numbered results (want 1..{m.group(1)})"
+    if not re.search(r"^\d+ of [\d,]+ matching pages", res.stdout, re.M):
+        return "no `N of M matching pages` line"
+    return None
+
+
 # What the README says a command's output is (in its comment or the text around it),
 # checked lightly: (pattern on the command as run, check -> a problem or None).
 OUTPUT_CHECKS: list[tuple[re.Pattern[str], Callable[[Result, re.Match[str], _Run], str | None]]] = [
@@ -458,6 +475,8 @@ OUTPUT_CHECKS: list[tuple[re.Pattern[str], Callable[[Result, re.Match[str], _Run
     (re.compile(r"^python -m crawler export .*--wacz (\S+)"), _wacz_package),
     (re.compile(r"^python -m crawler report .*--out (\S+\.html)"), _html_file),
     (re.compile(r"^python -m kvstore dump .*> (\S+)"), _dump_lines),
+    (re.compile(r"^python -m crawler index "), _indexed),
+    (re.compile(r"^python -m crawler search .*--limit (\d+)"), _ranked_hits),
 ]
 
 

@@ -30,6 +30,8 @@ MODULE_OF = {
     "links": "links",
     "rank": "rank",
     "report": "report",
+    "index": "search",
+    "search": "search",
     "serve": "report",
     "retry": "retry",
     "recrawl": "recrawl",

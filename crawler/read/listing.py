@@ -121,7 +121,7 @@ class CrawlReader:
             if store is None:
                 continue
             for key in store:
-                page = self._load(i, key, with_body)
+                page = self.load(i, key, with_body)
                 if page is not None:
                     yield page
 
@@ -134,14 +134,14 @@ class CrawlReader:
         key = url_key(normalized)
         if store is None or key not in store:
             return None
-        return self._load(i, key, True)
+        return self.load(i, key, True)
 
     def get_key(self, key: bytes, *, with_body: bool = True) -> PageRecord | None:
         """The record stored under the url_key ``key``; None if the crawl has none.
         (A key does not name its host: every shard's in-memory index is asked.)"""
         for i, store in enumerate(self.stores):
             if store is not None and key in store:
-                return self._load(i, key, with_body)
+                return self.load(i, key, with_body)
         return None
 
     def contains_many(self, keys: np.ndarray) -> np.ndarray:
@@ -153,7 +153,9 @@ class CrawlReader:
                 found |= store.contains_many(keys)
         return found
 
-    def _load(self, shard: int, key: bytes, with_body: bool) -> PageRecord | None:
+    def load(self, shard: int, key: bytes, with_body: bool = True) -> PageRecord | None:
+        """The record of ``key`` in shard ``shard``; None if it has none or it is damaged
+        (skipped with a warning; ``strict`` raises DataDirError)."""
         store = self.stores[shard]
         assert store is not None
         try:

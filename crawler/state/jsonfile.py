@@ -9,6 +9,7 @@ differs per file, so FileNotFoundError goes to the caller.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from ..exceptions import DataDirError
@@ -28,3 +29,15 @@ def read_json(path: str, what: str, fix: str = "") -> Any:
         raise DataDirError(f"{path}: not {what} (nested too deeply){tail}") from None
     except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
         raise DataDirError(f"{path}: unreadable ({exc}){tail}") from None
+
+
+def write_json(path: str, value: Any) -> None:
+    """Write ``value`` as ``path``, atomically (a reader sees the old file or the new
+    one) and durably (fsynced before the rename)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=1, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

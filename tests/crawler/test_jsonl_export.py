@@ -18,8 +18,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawler.cli import main
 from crawler.read.listing import CrawlReader, visible_text
+from crawler.read.simhash import simhash
 from crawler.state.pages import PageRecord
-from crawler.web.simhash import simhash
 from tools.testweb import SiteConfig, TestWeb, fault
 
 FIELDS = {"url", "final_url", "status", "reason", "content_type", "fetched_at", "ip", "depth",

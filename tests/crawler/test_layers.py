@@ -19,10 +19,10 @@ import pytest
 import crawler
 
 # Lowest first: a layer may import the ones before it.
-LAYERS = ("web", "net", "state", "run", "read", "cli")
+LAYERS = ("web", "net", "state", "run", "read", "search", "cli")
 SHARED = ("config", "exceptions", "outcomes")
 # Siblings: layers that stand on the same ones and must not import each other.
-SIBLINGS = {"read": "run"}
+SIBLINGS = {"read": "run", "search": "run"}
 TOP = ("__init__", "__main__")  # the package itself; __main__ sits on top of everything
 # What the pure web layer must not import: sockets, files, threads, stores.
 IMPURE = ("socket", "ssl", "http", "urllib.request", "threading", "os", "kvstore", "dns",

@@ -1,5 +1,5 @@
 """crawler.web.pagemeta (what a page says about itself, in one bounded pass) and
-crawler.web.simhash (near-duplicates): their rules, their bounds against hostile pages,
+crawler.read.simhash (near-duplicates): their rules, their bounds against hostile pages,
 and SimHash's stability across processes."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crawler.read.simhash import NEAR, distance, near, simhash
 from crawler.web.pagemeta import (
     MAX_ANCHOR_TEXT,
     MAX_ANCHORS,
@@ -25,7 +26,6 @@ from crawler.web.pagemeta import (
     MAX_VALUE,
     read_html,
 )
-from crawler.web.simhash import NEAR, distance, near, simhash
 
 PAGE = b"""<!doctype html><html lang="EN-gb"><head>
 <title>  The   Title </title>
@@ -136,18 +136,24 @@ def test_the_same_text_the_same_hash_and_case_and_spacing_do_not_matter() -> Non
 
 
 def test_pages_differing_in_boilerplate_are_near_and_different_pages_are_not() -> None:
-    body = corpus(2)
-    a = simhash("Home About Contact " + body + " (c) 2026 Example Inc")
-    b = simhash("Start Team Jobs Blog " + body + " all rights reserved")
-    assert near(a, b), distance(a, b)
-    others = [simhash(corpus(seed)) for seed in range(10, 30)]
-    assert all(distance(a, o) > 3 * NEAR for o in others)
+    # 7 words of 600 differ (about 2% of the shingles): a few bits flip, by chance (the
+    # bits whose shingle count was near half), so this holds for about half the bodies;
+    # unrelated pages are ~32 bits apart
+    close = []
+    for seed in range(2, 32):
+        body = corpus(seed)
+        a = simhash("Home About Contact " + body + " (c) 2026 Example Inc")
+        b = simhash("Start Team Jobs Blog " + body + " all rights reserved")
+        close.append(distance(a, b))
+        assert distance(a, simhash(corpus(seed + 100))) > 3 * NEAR
+    assert sum(d <= NEAR for d in close) >= len(close) // 2, close
+    assert max(close) <= 3 * NEAR, close
 
 
 def test_the_hash_is_the_same_in_every_process() -> None:
     # stored in indexes and exports: it must not depend on PYTHONHASHSEED or the process
     text = corpus(3)
-    code = ("import sys; from crawler.web.simhash import simhash; "
+    code = ("import sys; from crawler.read.simhash import simhash; "
             "print(simhash(sys.stdin.read()))")
     for seed in ("0", "12345"):
         done = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True,

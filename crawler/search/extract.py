@@ -1,0 +1,153 @@
+"""What the search index reads from one stored page: its main content without boilerplate,
+title, description, headings, language, links with their text, and a SimHash.
+
+resiliparse does the reading (chosen by measurement over trafilatura and
+readability-lxml: docs/SEARCH.md, tools/bench_extract.py): one parse of the page into
+lexbor's DOM, then its main-content extraction (navigation, footers and sidebars left
+out) and its language detector over the text extracted. When the main-content rule
+keeps nothing (a page that is all list or all table), the page's whole visible text is
+used instead, so no page is indexed empty because a heuristic disliked it.
+
+Bounds, so a hostile page costs what a normal one does: at most
+:data:`MAX_PARSE_BYTES` of the body are parsed (lexbor's DOM is several times the HTML
+it holds: a page past that is indexed by its start), at most ``text_limit`` characters
+of text kept, :data:`MAX_LINKS` links with text, each cut at :data:`MAX_ANCHOR_TEXT`;
+the title, description and headings are cut too. A body that is not text
+(crawler.read.listing.is_text) gives no document; a text body that is not HTML gives
+its text alone.
+
+Thread safety: pure functions (resiliparse releases nothing shared).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from html import unescape
+from urllib.parse import urljoin
+
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.html import HTMLTree
+from resiliparse.parse.lang import detect_fast
+
+from ..read.simhash import simhash
+from ..state.pages import PageRecord
+from ..web.links import is_html, sniff_charset
+
+MAX_PARSE_BYTES = 2 << 20  # of a body parsed (decoded text, in characters)
+DEFAULT_TEXT_LIMIT = 100_000  # characters of main text kept a page
+MAX_TITLE = 1_000
+MAX_DESCRIPTION = 2_000
+MAX_HEADINGS = 4_000  # characters of h1-h3 text
+MAX_LINKS = 500  # links with text read from a page (for the pages they point to)
+MAX_ANCHOR_TEXT = 200
+# detect_fast's rank (a distance: lower is surer); its documentation: above 1200 is
+# usually wrong. Texts shorter than MIN_LANG_TEXT are not guessed from.
+LANG_CUTOFF = 1200
+MIN_LANG_TEXT = 40
+_TEXT_TYPES = ("application/xhtml+xml", "application/xml", "application/json")
+# In resiliparse's minimal HTML: a heading, a link, any tag.
+_HEADING = re.compile(r"<h[1-3]>(.*?)</h[1-3]>", re.S)
+_LINK = re.compile(r'<a href="([^"]*)">(.*?)</a>', re.S)
+_TAG = re.compile(r"<[^>]*>")
+
+
+@dataclass(slots=True)
+class PageText:
+    """A page as the index sees it; "" (or empty) for what the page does not have."""
+
+    title: str = ""
+    description: str = ""
+    headings: str = ""
+    text: str = ""  # the main content (or all visible text: see the module docstring)
+    lang: str = ""  # detected ("en", "de"...), else the page's <html lang>, else ""
+    simhash: int = 0
+    # (absolute URL, its text) of the links with text; rel=nofollow is in the page
+    # record's links (crawler.state.pages), which the indexer checks
+    links: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _one_line(text: str, limit: int) -> str:
+    return " ".join(text[: limit * 2].split())[:limit]
+
+
+def _textual(content_type: str, body: bytes) -> bool:
+    mime = content_type.partition(";")[0].strip().lower()
+    if mime:
+        return mime.startswith("text/") or mime in _TEXT_TYPES or mime.endswith("+xml")
+    return b"\0" not in body[:1024]
+
+
+def detect_language(text: str, declared: str = "") -> str:
+    """The language of ``text`` as a two- or three-letter code: resiliparse's guess when
+    it is sure enough, else the declared one (``<html lang>``'s primary subtag), else ""."""
+    if len(text) >= MIN_LANG_TEXT:
+        lang, rank = detect_fast(text[:5000], cutoff=LANG_CUTOFF)
+        if lang != "unknown" and rank <= LANG_CUTOFF:
+            return str(lang)
+    primary = declared.strip().lower().partition("-")[0].partition("_")[0]
+    return primary if primary.isalpha() and len(primary) <= 3 else ""
+
+
+def page_text(page: PageRecord, *, text_limit: int = DEFAULT_TEXT_LIMIT) -> PageText | None:
+    """What the index reads from ``page``; None for a page with no text to index (no
+    body, a binary body)."""
+    body = page.body
+    if not body or not _textual(page.content_type, body):
+        return None
+    decoded = body.decode(sniff_charset(page.content_type, body), "replace")
+    decoded = decoded[:MAX_PARSE_BYTES].replace("\0", "\ufffd")
+    if not is_html(page.content_type, body[:512]):
+        text = _one_line(decoded, text_limit)
+        return PageText(text=text, lang=detect_language(text), simhash=simhash(text))
+    return read_html(decoded, page.final_url or page.url, text_limit=text_limit)
+
+
+def read_html(html: str, url: str, *, text_limit: int = DEFAULT_TEXT_LIMIT) -> PageText:
+    """Read one HTML document (already decoded) found at ``url``.
+
+    Headings and links come from resiliparse's minimal-HTML rendering of the page (its
+    output is ours to parse: only a few tags, attributes escaped), not from walking the
+    DOM: resiliparse's node collections cost tens of microseconds an element."""
+    tree = HTMLTree.parse(html)
+    out = PageText(title=_one_line(tree.title or "", MAX_TITLE))
+    root = tree.document.first_element_child if tree.document is not None else None
+    declared = (root.getattr("lang") or "") if root is not None else ""
+    base = url
+    head = tree.head
+    if head is not None:
+        meta = head.query_selector('meta[name="description" i]')
+        if meta is not None:
+            out.description = _one_line(meta.getattr("content") or "", MAX_DESCRIPTION)
+        tag = head.query_selector("base[href]")
+        if tag is not None:
+            try:
+                base = urljoin(url, (tag.getattr("href") or "").strip())
+            except ValueError:  # an unparsable <base>: ignored, as WHATWG says
+                pass
+    if tree.body is None:
+        return out
+    outline = extract_plain_text(tree, preserve_formatting="minimal_html", links=True,
+                                 list_bullets=False, alt_texts=False)
+    out.headings = _one_line(" ".join(
+        unescape(_TAG.sub("", h)) for h in _HEADING.findall(outline)), MAX_HEADINGS)
+    for href, inner in _LINK.findall(outline):
+        if len(out.links) >= MAX_LINKS:
+            break
+        href, text = unescape(href).strip(), _one_line(unescape(_TAG.sub("", inner)),
+                                                       MAX_ANCHOR_TEXT)
+        if href and text:
+            try:
+                out.links.append((urljoin(base, href), text))
+            except ValueError:  # a bad href (an unclosed IPv6 bracket): not a link
+                continue
+    main = extract_plain_text(tree, main_content=True, alt_texts=False, list_bullets=False)
+    if not main.strip():
+        main = extract_plain_text(tree, alt_texts=False, list_bullets=False)
+    out.text = _one_line(main, text_limit)
+    out.lang = detect_language(out.text, declared)
+    out.simhash = simhash(out.text)
+    return out
+
+
+__all__ = ["DEFAULT_TEXT_LIMIT", "PageText", "detect_language", "page_text", "read_html"]

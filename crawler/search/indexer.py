@@ -1,0 +1,383 @@
+"""``python -m crawler index``: build or bring up to date a crawl's search index, one per
+shard, in a streaming pass over MainDB (read-only: it works beside a running crawl).
+
+Theory of operation
+-------------------
+For each shard, MainDB's snapshot of (key, record version) (``Store.versions()``, in
+memory) is compared with what the index has read (crawler.search.versions): only the
+records written since are read. Then three phases:
+
+1. *Read.* Each changed record is read (in file order) and, when it is an indexable
+   page (status 200, not ``noindex``, a text body), read by crawler.search.extract.
+   The document is spilled to a temporary file; each of its links with text becomes a
+   line ``target key, text`` in a sorter of the shard that owns the target's host.
+2. *Anchors.* Each shard's lines come out grouped by target and are added to the
+   shard's anchor store (url_key -> the distinct texts, at most
+   :data:`MAX_ANCHOR_BYTES`). A page whose anchor text now differs from the text it was
+   indexed with is indexed again, though its own record did not change.
+3. *Write.* Those pages first, then the spilled documents, then deletes for keys no
+   longer in MainDB, each replacing the key's document (delete by term, add). A commit
+   every ``batch`` documents; after each, the versions journal says what it held.
+
+Crash safety: tantivy's commit is atomic, and the journal entry follows the commit, so a
+kill -9 loses at most the batch being written; the next run reads those records again
+(their versions are not journaled) and replaces their documents: the index then equals
+a clean build. Pages re-indexed for their anchors go before the documents whose links
+changed them, so a kill between the two leaves the sources unjournaled: the next run
+reads them again and finds the same targets. Anchor text only grows between rebuilds (a
+link a page no longer has keeps its text until ``index --rebuild``).
+
+A compaction of MainDB (a new store generation) or a different index format makes the
+next run a rebuild. Memory: the writer's heap (``memory``), the sorters' buffers, one
+document; the version tables are memory-mapped.
+
+Thread safety: one run per index at a time (the lock file; a second run fails at once).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import pickle
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tantivy
+
+import kvstore
+
+from ..exceptions import DataDirError, URLError
+from ..read._linesort import LineSorter
+from ..read.listing import CrawlReader
+from ..state.jsonfile import read_json, write_json
+from ..state.pages import NOFOLLOW, PageRecord
+from ..state.shards import owner
+from ..web.urls import host_of, normalize, url_key
+from . import schema
+from .extract import DEFAULT_TEXT_LIMIT, PageText, page_text
+from .versions import GONE, Versions
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH = 5_000  # documents a commit
+DEFAULT_MEMORY = 64 << 20  # tantivy's writer heap
+MIN_MEMORY = 16 << 20  # tantivy's floor (15 MB a thread), rounded up
+MAX_ANCHOR_BYTES = 2048  # anchor text kept a page (UTF-8)
+SEPARATOR = " | "
+SORT_BUFFER = 16 << 20
+Progress = Callable[[int, int], None]
+
+
+@dataclass(slots=True)
+class IndexStats:
+    shards: int = 0
+    read: int = 0  # records read (changed since the last run)
+    indexed: int = 0  # documents written (read, or re-indexed for their anchors)
+    reanchored: int = 0  # of which for their anchor text alone
+    removed: int = 0  # documents deleted (the page went away, or is no longer indexable)
+    documents: int = 0  # documents in the index at the end
+    rebuilt: int = 0  # shards rebuilt from nothing
+    skipped: int = 0  # damaged records
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        return (f"indexed {self.indexed:,} pages ({self.read:,} records read, "
+                f"{self.reanchored:,} for new anchor text), removed {self.removed:,}; "
+                f"{self.documents:,} documents in {self.shards} shard index(es) "
+                f"({self.seconds:.1f} s)")
+
+
+NO_DOCUMENT = -1  # the anchor hash of a key read and not indexed (an error page...)
+
+
+def anchor_hash(text: str) -> int:
+    """A 63-bit hash of a page's anchor text (0 for none): what the versions table keeps
+    of a page it indexed."""
+    if not text:
+        return 0
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(),
+                          "little") >> 1
+
+
+def merge_anchor_text(old: str, new: list[str]) -> str:
+    """``old`` (texts joined by SEPARATOR) with the texts of ``new`` added: distinct,
+    sorted, at most MAX_ANCHOR_BYTES."""
+    texts = sorted({t for t in old.split(SEPARATOR) if t} | set(new))
+    out: list[str] = []
+    size = 0
+    for t in texts:
+        n = len(t.encode("utf-8")) + len(SEPARATOR)
+        if size + n > MAX_ANCHOR_BYTES:
+            break
+        out.append(t)
+        size += n
+    return SEPARATOR.join(out)
+
+
+def document(page: PageRecord, text: PageText, anchors: str) -> tantivy.Document:
+    doc = tantivy.Document()
+    for name, value in (("key", url_key(page.url).hex()), ("url", page.url),
+                        ("host", host_of(page.url)), ("title", text.title),
+                        ("description", text.description), ("headings", text.headings),
+                        ("body", text.text), ("anchors", anchors), ("lang", text.lang)):
+        doc.add_text(name, value)
+    doc.add_unsigned("simhash", text.simhash)  # (keyword arguments would make it i64)
+    doc.add_float("fetched", float(page.fetched_at))
+    return doc
+
+
+class _Lock:
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise DataDirError(f"{os.path.dirname(path)}: another index run is writing this "
+                               "index; wait for it to end") from None
+
+    def release(self) -> None:
+        os.close(self.fd)
+
+
+class ShardIndex:
+    """One shard's index while a run updates it."""
+
+    def __init__(self, shard: int, shard_dir: str, store: kvstore.Store, *,
+                 rebuild: bool) -> None:
+        self.shard, self.store = shard, store
+        self.dir = schema.search_dir(shard_dir)
+        os.makedirs(self.dir, exist_ok=True)
+        self.lock = _Lock(os.path.join(self.dir, schema.LOCK))
+        self.generation, keys, vers = store.versions()
+        state_path = os.path.join(self.dir, schema.STATE)
+        state = read_json(state_path, "search index state") if os.path.exists(state_path) else None
+        self.rebuilt = (rebuild or not isinstance(state, dict)
+                        or state.get("format") != schema.FORMAT
+                        or state.get("generation") != self.generation)
+        if self.rebuilt:
+            self._wipe()
+            # said at once, so a run killed later resumes this build, not a new one
+            write_json(state_path, {"format": schema.FORMAT, "generation": self.generation})
+        self.tmp = os.path.join(self.dir, "tmp")
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        os.makedirs(self.tmp)
+        self.versions = Versions(self.dir)
+        self.keys = np.ascontiguousarray(keys).view("V16").ravel()
+        self.vers = vers
+        changed = self.versions.changed(self.keys, vers)
+        order = np.argsort(vers[changed], kind="stable")  # file order: sequential reads
+        self.todo_keys, self.todo_vers = self.keys[changed][order], vers[changed][order]
+        self.gone = self.versions.gone(self.keys)
+        index = schema.open_index(self.dir, create=True)
+        assert index is not None  # (create=True)
+        self.index: tantivy.Index = index
+        self.anchors = kvstore.open(os.path.join(self.dir, schema.ANCHORS_DIR))
+        self.sorter = LineSorter(self.tmp, buffer_bytes=SORT_BUFFER)
+        self.spill_path = os.path.join(self.tmp, "documents")
+        self.spill: Any = None
+        self.reanchor: list[bytes] = []
+
+    def _wipe(self) -> None:
+        for name in os.listdir(self.dir):
+            if name != schema.LOCK:
+                path = os.path.join(self.dir, name)
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
+
+    def anchor_text(self, key: bytes) -> str:
+        value = self.anchors.get(key)
+        return "" if value is None else value.decode("utf-8")
+
+    def close(self) -> None:
+        if self.spill is not None:
+            self.spill.close()
+        self.anchors.close()
+        self.versions.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.lock.release()
+
+
+def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFAULT_MEMORY,
+                rebuild: bool = False, text_limit: int = DEFAULT_TEXT_LIMIT,
+                progress: Progress | None = None) -> IndexStats:
+    """Bring the search index of the crawl in ``data_dir`` up to date (see the module
+    docstring); returns what was done."""
+    started = time.monotonic()
+    stats = IndexStats()
+    with CrawlReader(data_dir) as reader:
+        count = len(reader.stores)
+        shards: list[ShardIndex | None] = []
+        try:
+            for i, store in enumerate(reader.stores):
+                shards.append(None if store is None else
+                              ShardIndex(i, reader.dirs[i], store, rebuild=rebuild))
+            live = [s for s in shards if s is not None]
+            stats.shards = len(live)
+            stats.rebuilt = sum(1 for s in live if s.rebuilt)
+            total = sum(len(s.todo_keys) for s in live)
+            for s in live:
+                log.info("shard %d: %s records to read, %s gone%s", s.shard,
+                         f"{len(s.todo_keys):,}", f"{len(s.gone):,}",
+                         " (rebuilding)" if s.rebuilt else "")
+            done = 0
+            for s in live:  # 1. read
+                done = _read_shard(reader, s, shards, count, stats, text_limit, progress,
+                                   done, total)
+            for s in live:  # 2. anchors
+                _merge_anchors(s)
+            for s in live:  # 3. write
+                _write_shard(reader, s, stats, batch, max(memory, MIN_MEMORY), text_limit)
+            stats.documents = sum(s.index.searcher().num_docs for s in live)
+        finally:
+            for shard in shards:
+                if shard is not None:
+                    shard.close()
+        stats.skipped = reader.skipped
+    stats.seconds = time.monotonic() - started
+    log.info("%s", stats.summary())
+    return stats
+
+
+def _read_shard(reader: CrawlReader, s: ShardIndex, shards: list[ShardIndex | None],
+                count: int, stats: IndexStats, text_limit: int, progress: Progress | None,
+                done: int, total: int) -> int:
+    with open(s.spill_path, "wb") as spill:
+        for key_v, ver in zip(s.todo_keys.tolist(), s.todo_vers.tolist(), strict=True):
+            key = bytes(key_v)
+            page = reader.load(s.shard, key)
+            stats.read += 1
+            text = None if page is None else _indexable(page, text_limit)
+            pickle.dump((key, ver, page if text is not None else None, text), spill,
+                        protocol=pickle.HIGHEST_PROTOCOL)
+            if page is not None and text is not None:
+                _route_links(page, text, shards, count)
+            done += 1
+            if progress is not None and (done % 256 == 0 or done == total):
+                progress(done, total)
+    return done
+
+
+def _indexable(page: PageRecord, text_limit: int) -> PageText | None:
+    if page.status != 200 or page.noindex or not page.body:
+        return None  # (a revisit's record carries the earlier fetch's body: indexed)
+    text = page_text(page, text_limit=text_limit)
+    if text is None or not (text.text or text.title):
+        return None
+    return text
+
+
+def _route_links(page: PageRecord, text: PageText, shards: list[ShardIndex | None],
+                 count: int) -> None:
+    own = url_key(page.url)
+    # rel=nofollow (or a page-wide nofollow): the record's link flags say (its first
+    # flag, as the crawler followed it); such links vouch for nothing
+    nofollow = {key for key, flags in page.link_list() if flags & NOFOLLOW}
+    for href, words in text.links:
+        try:
+            target = normalize(href)
+        except URLError:
+            continue  # another scheme, a bad host, too long: not a page of a crawl
+        key = url_key(target)
+        dest = shards[owner(host_of(target), count)]
+        if key != own and key not in nofollow and dest is not None:
+            dest.sorter.add(key.hex().encode("ascii") + b"\t" + words.encode("utf-8") + b"\n")
+
+
+def _merge_anchors(s: ShardIndex) -> None:
+    """Phase 2 for one shard: anchor lines into its anchor store; the pages whose
+    anchor text now differs from what they were indexed with go to ``s.reanchor``."""
+    todo = set(s.todo_keys.tolist())
+    for key, texts in _grouped(s.sorter.sorted()):
+        old = s.anchor_text(key)
+        text = merge_anchor_text(old, texts)
+        if text != old:
+            s.anchors[key] = text.encode("utf-8")
+        if key in todo:
+            continue  # read anyway: it is indexed with its anchor text then
+        if key not in s.store:
+            continue  # not fetched yet (or gone): indexed with it once it is
+        indexed_hash = int(s.versions.lookup(np.frombuffer(key, dtype="V16"))[1][0])
+        if indexed_hash >= 0 and indexed_hash != anchor_hash(text):
+            s.reanchor.append(key)
+    s.anchors.flush()
+
+
+def _grouped(lines: Iterator[bytes]) -> Iterator[tuple[bytes, list[str]]]:
+    key, texts = b"", list[str]()
+    for line in lines:
+        hex_key, _, text = line.rstrip(b"\n").partition(b"\t")
+        if hex_key != key:
+            if texts:
+                yield bytes.fromhex(key.decode("ascii")), texts
+            key, texts = hex_key, []
+        texts.append(text.decode("utf-8"))
+    if texts:
+        yield bytes.fromhex(key.decode("ascii")), texts
+
+
+def _spilled(path: str) -> Iterator[tuple[bytes, int, PageRecord | None, PageText | None]]:
+    with open(path, "rb") as f:
+        while True:
+            try:
+                yield pickle.load(f)  # noqa: S301 (our own file, written above)
+            except EOFError:
+                return
+
+
+def _write_shard(reader: CrawlReader, s: ShardIndex, stats: IndexStats, batch: int,
+                 memory: int, text_limit: int) -> None:
+    writer = s.index.writer(heap_size=memory, num_threads=1)
+    entries: list[tuple[bytes, int, int]] = []
+    current: dict[bytes, int] = {}
+
+    def put(key: bytes, ver: int, page: PageRecord | None, text: PageText | None) -> None:
+        writer.delete_documents_by_term("key", key.hex())
+        if page is not None and text is not None:
+            anchors = s.anchor_text(key)
+            ahash = anchor_hash(anchors)
+            writer.add_document(document(page, text, anchors))
+            stats.indexed += 1
+        else:
+            ahash = NO_DOCUMENT
+            had = s.versions.lookup(np.frombuffer(key, dtype="V16"))[1][0]
+            stats.removed += int(had >= 0)
+        entries.append((key, ver, ahash))
+        if len(entries) >= batch:
+            commit()
+
+    def commit() -> None:
+        writer.commit()
+        s.versions.record(entries)
+        entries.clear()
+
+    if s.reanchor:  # their versions in the snapshot (they are in it: see _merge_anchors)
+        order = np.argsort(s.keys, kind="stable")
+        wanted = np.frombuffer(b"".join(s.reanchor), dtype="V16")
+        pos = np.searchsorted(s.keys[order], wanted)
+        current = dict(zip(s.reanchor, s.vers[order][pos].tolist(), strict=True))
+    for key in s.reanchor:  # first: see the module docstring
+        page = reader.load(s.shard, key)
+        text = None if page is None else _indexable(page, text_limit)
+        stats.reanchored += text is not None
+        put(key, current[key], page, text)
+    for key, ver, page, text in _spilled(s.spill_path):
+        put(key, ver, page, text)
+    for key_v in s.gone.tolist():
+        put(bytes(key_v), GONE, None, None)
+    commit()
+    s.versions.checkpoint()
+    writer.wait_merging_threads()
+    s.index.reload()
+
+
+__all__ = ["DEFAULT_BATCH", "DEFAULT_MEMORY", "IndexStats", "anchor_hash", "index_crawl",
+           "merge_anchor_text"]

@@ -1,0 +1,70 @@
+"""The search index's layout: where a shard's index lives, its tantivy schema, and how a
+query's words are weighed across its fields (docs/SEARCH.md).
+
+A shard's index is the directory ``search/`` beside its MainDB (``DIR/search`` for a
+one-shard crawl, ``DIR/shard-NN/search`` for each shard of a sharded one: a shard owns
+its pages and indexes them). In it: ``tantivy/`` (the index), ``versions.npy`` and
+``journal.bin`` (crawler.search.versions), ``anchors/`` (a kvstore: url_key -> the
+anchor text of the links pointing to that page), ``state.json`` and ``lock``.
+
+Fields. Text fields use tantivy's ``default`` analyzer (words split at non-letters and
+non-digits, lowercased, words over 40 bytes dropped): the same for every language, so a
+query finds a page in any of them (no stemming: see docs/SEARCH.md). ``key``, ``host``
+and ``lang`` are exact terms (the ``raw`` tokenizer), for deletes and filters.
+"""
+
+from __future__ import annotations
+
+import os
+
+import tantivy
+
+FORMAT = 1  # of the index directory: a different one is rebuilt, never read
+SEARCH_DIR = "search"
+TANTIVY_DIR = "tantivy"
+ANCHORS_DIR = "anchors"
+STATE = "state.json"
+LOCK = "lock"
+
+# The fields a query's words are looked for in, and their boosts: a word in the title
+# counts five times one in the main text. Chosen by tools/bench_search.py's MRR runs
+# (docs/SEARCH.md gives the numbers).
+QUERY_FIELDS = ("title", "headings", "body", "anchors", "url", "description")
+BOOSTS = {"title": 5.0, "headings": 2.0, "body": 1.0, "anchors": 2.0, "url": 2.0,
+          "description": 1.5}
+
+
+def build_schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("key", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("url", stored=True)  # the default analyzer splits it into its words
+    sb.add_text_field("host", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("title", stored=True)
+    sb.add_text_field("description", stored=True)
+    sb.add_text_field("headings")
+    sb.add_text_field("body", stored=True)  # stored: snippets are cut from it
+    sb.add_text_field("anchors")
+    sb.add_text_field("lang", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_unsigned_field("simhash", stored=True, fast=True)
+    sb.add_float_field("fetched", stored=True)
+    return sb.build()
+
+
+def search_dir(shard_dir: str) -> str:
+    return os.path.join(shard_dir, SEARCH_DIR)
+
+
+def open_index(directory: str, *, create: bool) -> tantivy.Index | None:
+    """The tantivy index of a shard's search directory; None if there is none and
+    ``create`` is false."""
+    path = os.path.join(directory, TANTIVY_DIR)
+    if os.path.isdir(path) and tantivy.Index.exists(path):
+        return tantivy.Index.open(path)
+    if not create:
+        return None
+    os.makedirs(path, exist_ok=True)
+    return tantivy.Index(build_schema(), path=path)
+
+
+__all__ = ["ANCHORS_DIR", "BOOSTS", "FORMAT", "LOCK", "QUERY_FIELDS", "SEARCH_DIR", "STATE",
+           "build_schema", "open_index", "search_dir"]

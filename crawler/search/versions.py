@@ -1,0 +1,135 @@
+"""What a shard's search index holds: for every MainDB key it has read, the record's
+version then and the hash of the anchor text it indexed with (crawler.search.indexer).
+
+Incremental indexing compares this with MainDB's own snapshot
+(``kvstore.Store.versions()``: each key's record version, in memory, no disk read), so a
+second ``index`` reads only the records written since. Keys whose page is not indexed
+(an error, a binary body, ``noindex``) are remembered too, so they are not read again.
+
+On disk, in the index directory: ``versions.npy``, the base (a structured array sorted
+by key, memory-mapped when read: the page cache holds it, not the process), and
+``journal.bin``, fixed 32-byte records (key, version, anchor hash; little-endian)
+appended after each tantivy commit and fsynced. A run replays the journal over the
+base; at its end it writes a new base (``.tmp``, fsync, rename) and empties the
+journal. A kill -9 between a commit and its journal entry loses the entry only: those
+pages are indexed again next time, which replaces their documents (idempotent). A torn
+last journal record (a kill mid-write) is ignored.
+
+Thread safety: one writer (the index lock, crawler.search.indexer) and no readers
+besides it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import numpy as np
+
+BASE = "versions.npy"
+JOURNAL = "journal.bin"
+DTYPE = np.dtype([("key", "V16"), ("ver", "<i8"), ("ahash", "<i8")])
+GONE = -1  # a version no record has: the key was in MainDB and is no longer
+
+
+def _sorted(arr: np.ndarray) -> np.ndarray:
+    """``arr`` sorted by key, the last entry of each key winning (a journal in order)."""
+    if len(arr) == 0:
+        return arr
+    order = np.argsort(arr["key"], kind="stable")
+    arr = arr[order]
+    last = np.ones(len(arr), dtype=bool)
+    last[:-1] = arr["key"][1:] != arr["key"][:-1]
+    return arr[last]
+
+
+class Versions:
+    """The (key, version, anchor hash) of everything the index has read, sorted by key."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+        base_path = os.path.join(directory, BASE)
+        base = (np.load(base_path, mmap_mode="r", allow_pickle=False)
+                if os.path.exists(base_path) else np.zeros(0, dtype=DTYPE))
+        if base.dtype != DTYPE:
+            raise ValueError(f"{base_path}: not a versions file (dtype {base.dtype})")
+        journal = self._read_journal()
+        if len(journal):
+            merged = _sorted(np.concatenate([np.asarray(base), journal]))
+            self.table = merged[merged["ver"] != GONE]
+        else:
+            self.table = base
+        self._journal = open(os.path.join(directory, JOURNAL), "ab")  # noqa: SIM115
+
+    def _read_journal(self) -> np.ndarray:
+        path = os.path.join(self.dir, JOURNAL)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return np.zeros(0, dtype=DTYPE)
+        whole = len(data) - len(data) % DTYPE.itemsize
+        if whole < len(data):  # a torn last record (a kill mid-write): cut, as if unwritten
+            os.truncate(path, whole)
+        return np.frombuffer(data[:whole], dtype=DTYPE).copy()
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For a V16 array of keys: (their versions, their anchor hashes); -2 where the
+        index has not read the key."""
+        if len(self.table) == 0:
+            missing = np.full(len(keys), -2, dtype=np.int64)
+            return missing, missing.copy()
+        pos = np.searchsorted(self.table["key"], keys)
+        pos = np.minimum(pos, len(self.table) - 1)
+        found = self.table["key"][pos] == keys
+        vers = np.where(found, self.table["ver"][pos], -2)
+        hashes = np.where(found, self.table["ahash"][pos], -2)
+        return vers, hashes
+
+    def changed(self, keys: np.ndarray, vers: np.ndarray) -> np.ndarray:
+        """Which of a store snapshot's keys (V16) the index has not read at this version."""
+        changed: np.ndarray = self.lookup(keys)[0] != vers
+        return changed
+
+    def gone(self, keys: np.ndarray) -> np.ndarray:
+        """The keys the index has read (V16) that are not in a store snapshot's ``keys``."""
+        if len(self.table) == 0:
+            return np.zeros(0, dtype="V16")
+        present = np.isin(self.table["key"], keys)
+        gone: np.ndarray = np.asarray(self.table["key"][~present])
+        return gone
+
+    def record(self, entries: Iterable[tuple[bytes, int, int]]) -> None:
+        """Journal (key, version, anchor hash) entries, after the commit that holds them;
+        durable when this returns."""
+        arr = np.array(list(entries), dtype=DTYPE)
+        if len(arr):
+            self._journal.write(arr.tobytes())
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
+
+    def checkpoint(self) -> None:
+        """Fold the journal into a new base and empty it (crash-safe at every step)."""
+        journal = self._read_journal()
+        if len(journal) == 0:
+            return
+        merged = _sorted(np.concatenate([np.asarray(self.table), journal]))
+        merged = merged[merged["ver"] != GONE]
+        tmp = os.path.join(self.dir, BASE + ".tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, merged, allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(self.dir, BASE))
+        self.table = merged
+        self._journal.truncate(0)
+        os.fsync(self._journal.fileno())
+
+    def close(self) -> None:
+        self._journal.close()
+
+
+__all__ = ["DTYPE", "GONE", "Versions"]

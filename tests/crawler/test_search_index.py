@@ -1,0 +1,234 @@
+"""The search index's promises beyond one clean run: kill -9 during ``index`` then again
+equals a clean build; a sharded crawl searches like a one-process crawl of the same web;
+one run at a time; a compacted MainDB rebuilds; the versions journal and its torn tail;
+kvstore's ``versions()`` that incremental indexing stands on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from collections import defaultdict
+from urllib.parse import urljoin
+
+import lxml.html
+import numpy as np
+import pytest
+import tantivy
+from crawl_helpers import REPO, cli_args, run_cli, run_crawl, start_cli
+
+import kvstore
+from crawler.exceptions import DataDirError, URLError
+from crawler.read.listing import CrawlReader
+from crawler.search import schema
+from crawler.search.indexer import MAX_ANCHOR_BYTES, SEPARATOR, ShardIndex, index_crawl
+from crawler.search.query import Searcher
+from crawler.search.versions import DTYPE, JOURNAL, Versions
+from crawler.web.urls import normalize, url_key
+from tools.testweb import SiteConfig, TestWeb
+
+WORDS = ("lunaka", "fiusxipu", "zereze", "orlu", "koxive", "govehace")  # the test web's
+
+
+@pytest.fixture(scope="module")
+def web() -> TestWeb:
+    web = TestWeb(SiteConfig(pages=400, hosts=4, seed=8, crawl_delay=0.0)).start()
+    yield web
+    web.stop()
+
+
+@pytest.fixture(scope="module")
+def crawled(web: TestWeb, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = tmp_path_factory.mktemp("index") / "crawl"
+    assert run_crawl(web, data).complete
+    return data
+
+
+def documents(data: Path) -> dict[str, tuple[object, ...]]:
+    """Every document of a crawl's (one-shard) index, by key, its stored fields."""
+    index = schema.open_index(schema.search_dir(str(data)), create=False)
+    assert index is not None
+    searcher = index.searcher()
+    hits = searcher.search(tantivy.Query.all_query(), limit=100_000).hits
+    out = {}
+    for _, address in hits:
+        d = searcher.doc(address).to_dict()
+        out[d["key"][0]] = tuple(d.get(f, [None])[0] for f in (
+            "url", "title", "description", "body", "lang", "simhash", "fetched"))
+    assert len(out) == len(hits), "one document a key"
+    return out
+
+
+def anchors(data: Path) -> dict[bytes, bytes]:
+    with kvstore.open(os.path.join(schema.search_dir(str(data)), schema.ANCHORS_DIR),
+                      readonly=True) as store:
+        return dict(store.items())
+
+
+def results(data: Path) -> dict[str, set[str]]:
+    with Searcher(str(data)) as s:
+        return {w: {h.url for h in s.search(w, limit=1000).hits} | {
+            u for h in s.search(w, limit=1000).hits for u in h.duplicates} for w in WORDS}
+
+
+def expected_anchors(data: Path) -> dict[bytes, set[str]]:
+    """target key -> the distinct texts of the followed links to it, read independently
+    (lxml's tree and xpath, urljoin, the crawler's normalize)."""
+    out: dict[bytes, set[str]] = defaultdict(set)
+    with CrawlReader(str(data)) as reader:
+        for page in reader.pages():
+            if page.status != 200 or not page.body or b"<html" not in page.body[:2000].lower():
+                continue
+            tree = lxml.html.fromstring(page.body)
+            for a in tree.xpath("//a[@href]"):
+                if "nofollow" in (a.get("rel") or "").lower().split():
+                    continue
+                text = " ".join(a.text_content().split())
+                try:
+                    key = url_key(normalize(urljoin(page.url, a.get("href").strip())))
+                except (URLError, ValueError):
+                    continue
+                if text and key != url_key(page.url):
+                    out[key].add(text[:200])
+    return out
+
+
+def test_every_page_gets_the_texts_of_the_links_to_it(crawled: Path, tmp_path: Path) -> None:
+    data = tmp_path / "c"
+    shutil.copytree(crawled, data, ignore=shutil.ignore_patterns("search"))
+    index_crawl(str(data))
+    want = expected_anchors(data)
+    got = {k: v.decode() for k, v in anchors(data).items()}
+    assert set(got) == set(want) and len(got) > 100
+    for key, text in got.items():
+        texts = text.split(SEPARATOR)
+        assert len(texts) == len(set(texts)) and texts == sorted(texts)
+        assert len(text.encode()) <= MAX_ANCHOR_BYTES
+        if sum(len(t.encode()) + len(SEPARATOR) for t in want[key]) <= MAX_ANCHOR_BYTES:
+            assert set(texts) == want[key], key.hex()
+        else:
+            assert set(texts) < want[key]  # cut, never invented
+
+
+def test_kill_during_index_then_index_again_equals_a_clean_build(
+        crawled: Path, tmp_path: Path) -> None:
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    shutil.copytree(crawled, killed, ignore=shutil.ignore_patterns("search"))
+    shutil.copytree(crawled, clean, ignore=shutil.ignore_patterns("search"))
+    journal = Path(schema.search_dir(str(killed))) / JOURNAL
+    proc = start_cli(["python", "-m", "crawler", "index", str(killed), "--batch", "10",
+                      "--quiet"])
+    deadline = time.monotonic() + 120
+    # two commits journaled: the kill lands in the writing phase, mid-build
+    while not (journal.exists() and journal.stat().st_size >= 2 * 10 * DTYPE.itemsize):
+        assert proc.poll() is None, "the index run ended before the kill"
+        assert time.monotonic() < deadline, "no commit in 120 s"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()  # (closes its pipes)
+    partial = documents(killed)
+    assert 0 < len(partial), "the commits before the kill are kept"
+    again = run_cli(["python", "-m", "crawler", "index", str(killed), "--quiet", "--json"])
+    assert again.returncode == 0, again.stderr
+    index_crawl(str(clean))
+    want = documents(clean)
+    assert len(want) > 300 and len(partial) < len(want)
+    assert documents(killed) == want
+    assert anchors(killed) == anchors(clean)
+    assert results(killed) == results(clean)
+
+
+def test_a_second_run_at_once_is_refused(crawled: Path, tmp_path: Path) -> None:
+    data = tmp_path / "c"
+    shutil.copytree(crawled, data, ignore=shutil.ignore_patterns("search"))
+    with kvstore.open(data / "main", readonly=True) as main:
+        first = ShardIndex(0, str(data), main, rebuild=False)
+        try:
+            with pytest.raises(DataDirError, match="another index run"):
+                index_crawl(str(data))
+        finally:
+            first.close()
+    assert index_crawl(str(data)).indexed > 300  # the lock is gone with its holder
+
+
+def test_a_compacted_maindb_is_indexed_again_from_nothing(crawled: Path,
+                                                          tmp_path: Path) -> None:
+    data = tmp_path / "c"
+    shutil.copytree(crawled, data, ignore=shutil.ignore_patterns("search"))
+    first = index_crawl(str(data))
+    with kvstore.open(data / "main") as main:
+        main.compact()
+    again = index_crawl(str(data))
+    assert again.rebuilt == 1 and again.indexed == first.indexed
+    assert index_crawl(str(data)).read == 0
+
+
+def test_a_sharded_crawl_finds_what_a_one_process_crawl_finds(
+        web: TestWeb, crawled: Path, tmp_path: Path) -> None:
+    data = tmp_path / "sharded"
+    done = subprocess.run(cli_args(web, data, "--processes", "2"), cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    one = tmp_path / "one"
+    shutil.copytree(crawled, one, ignore=shutil.ignore_patterns("search"))
+    assert index_crawl(str(one)).shards == 1
+    stats = index_crawl(str(data))
+    assert stats.shards == 2 and stats.documents == len(documents(one))
+    for i in range(2):  # each shard indexes its own pages
+        assert os.path.isdir(os.path.join(data, f"shard-{i:02d}", schema.SEARCH_DIR))
+    sharded = results(data)
+    assert sharded == results(one) and all(sharded.values())
+    # anchor text crosses shards: a page is found by the words of links on other hosts
+    with Searcher(str(data)) as s, Searcher(str(one)) as o:
+        for word in WORDS:
+            assert ({h.url for h in s.search(f"anchors:{word}", limit=1000).hits}
+                    == {h.url for h in o.search(f"anchors:{word}", limit=1000).hits})
+
+
+def test_versions_journal_replays_ignores_a_torn_tail_and_checkpoints(tmp_path: Path) -> None:
+    keys = [bytes([i]) * 16 for i in range(5)]
+    v = Versions(str(tmp_path))
+    v.record([(keys[0], 10, 1), (keys[1], 20, 2)])
+    v.record([(keys[0], 30, 3)])
+    v.close()
+    with open(tmp_path / JOURNAL, "ab") as f:
+        f.write(b"\x01" * 20)  # a record cut by a kill
+    v = Versions(str(tmp_path))
+    kv = np.frombuffer(b"".join(keys[:3]), dtype="V16")
+    assert v.lookup(kv)[0].tolist() == [30, 20, -2]
+    assert v.lookup(kv)[1].tolist() == [3, 2, -2]
+    snapshot = np.frombuffer(b"".join([keys[0], keys[2]]), dtype="V16")
+    assert v.changed(snapshot, np.array([30, 5])).tolist() == [False, True]
+    assert [bytes(k) for k in v.gone(snapshot).tolist()] == [keys[1]]
+    v.record([(keys[1], -1, 0)])  # gone: forgotten at the checkpoint
+    v.checkpoint()
+    assert (tmp_path / JOURNAL).stat().st_size == 0 and len(v) == 1
+    v.close()
+    v = Versions(str(tmp_path))
+    assert v.lookup(kv)[0].tolist() == [30, -2, -2]
+    v.close()
+
+
+def test_kvstore_versions_change_with_a_write_and_a_compaction(tmp_path: Path) -> None:
+    with kvstore.open(tmp_path / "db") as db:
+        db[b"a" * 16] = b"one"
+        db[b"b" * 16] = b"two"
+        gen, keys, vers = db.versions()
+        before = dict(zip([bytes(k) for k in keys], vers.tolist(), strict=True))
+        db[b"a" * 16] = b"one again"
+        gen2, keys, vers = db.versions()
+        after = dict(zip([bytes(k) for k in keys], vers.tolist(), strict=True))
+        assert gen2 == gen and after[b"b" * 16] == before[b"b" * 16]
+        assert after[b"a" * 16] != before[b"a" * 16]
+        del db[b"b" * 16]
+        assert db.versions()[1].tolist() == [list(b"a" * 16)]
+        db.compact()
+        assert db.versions()[0] == gen + 1
+    with kvstore.open(tmp_path / "db", readonly=True) as ro:
+        g, keys, vers = ro.versions()
+        assert (g, [bytes(k) for k in keys]) == (gen + 1, [b"a" * 16])
