@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,9 +114,15 @@ class Searcher:
     """The search indexes of a crawl (every shard's that exists), read-only. A context
     manager."""
 
-    def __init__(self, data_dir: str, *, rank_weight: float = DEFAULT_RANK_WEIGHT) -> None:
+    def __init__(self, data_dir: str, *, rank_weight: float = DEFAULT_RANK_WEIGHT,
+                 fields: Sequence[str] = schema.QUERY_FIELDS,
+                 boosts: Mapping[str, float] | None = None) -> None:
+        """``fields`` and ``boosts``: where a query's words are looked for and their
+        weights (crawler.search.schema's by default; tools/bench_search.py varies them)."""
         self.data_dir = data_dir
         self.rank_weight = rank_weight
+        self.fields = list(fields)
+        self.boosts = {f: b for f, b in (boosts or schema.BOOSTS).items() if f in self.fields}
         count = crawl_count(data_dir)
         self.indexes: list[tuple[int, tantivy.Index]] = []
         for i in range(count):
@@ -148,8 +155,7 @@ class Searcher:
     def _parse(self, index: tantivy.Index, text: str, host: str | None,
                lang: str | None) -> tantivy.Query:
         try:
-            query = index.parse_query(text, list(schema.QUERY_FIELDS),
-                                      field_boosts=schema.BOOSTS,
+            query = index.parse_query(text, self.fields, field_boosts=self.boosts,
                                       conjunction_by_default=True)
         except ValueError as exc:
             message = " ".join(str(exc).split())

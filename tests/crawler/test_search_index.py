@@ -10,9 +10,8 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
-
 from collections import defaultdict
+from pathlib import Path
 from urllib.parse import urljoin
 
 import lxml.html
