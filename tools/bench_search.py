@@ -124,18 +124,28 @@ def corpus_facts(data: Path) -> tuple[dict[str, str], int, Counter[str]]:
     with CrawlReader(str(data)) as reader:
         for page in reader.pages():
             body_bytes += len(page.body)
-    index = schema.open_index(schema.search_dir(str(data)), create=False)
-    assert index is not None
-    searcher = index.searcher()
     titles: dict[str, list[str]] = {}
     df: Counter[str] = Counter()
-    for _, address in searcher.search(tantivy.Query.all_query(), limit=10_000_000).hits:
-        doc = searcher.doc(address)
-        title = str(doc.get_first("title") or "")
-        titles.setdefault(title, []).append(str(doc.get_first("url")))
-        df.update(set(_WORD.findall((title + " " + str(doc.get_first("body") or "")).lower())))
+    for directory in index_dirs(data):
+        index = schema.open_index(directory, create=False)
+        assert index is not None, directory
+        searcher = index.searcher()
+        for _, address in searcher.search(tantivy.Query.all_query(), limit=10_000_000).hits:
+            doc = searcher.doc(address)
+            title = str(doc.get_first("title") or "")
+            titles.setdefault(title, []).append(str(doc.get_first("url")))
+            df.update(set(_WORD.findall(
+                (title + " " + str(doc.get_first("body") or "")).lower())))
     unique = {urls[0]: t for t, urls in titles.items() if len(urls) == 1 and _WORD.search(t)}
     return unique, body_bytes, df
+
+
+def index_dirs(data: Path) -> list[str]:
+    """The search directory of every shard of the crawl in ``data``."""
+    from crawler.search import schema
+    from crawler.state.shards import shard_dirs
+
+    return [schema.search_dir(d) for d in shard_dirs(str(data))]
 
 
 def title_query(title: str) -> str:
@@ -203,17 +213,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise SystemExit("bench_search: give --fetch-debian-docs or --html-root DIR")
         data = work / "crawl"
-        server, base = serve(root)
-        try:
-            if not (data / "main").is_dir():
+        if not (work / "site.json").exists():  # written once the crawl and rank are done
+            shutil.rmtree(data, ignore_errors=True)
+            server, base = serve(root)
+            try:
                 bu.log(f"crawling {root} from {base} ...")
-                site = crawl(root, base, data, work)
-                (work / "site.json").write_text(json.dumps(site))
-            site = json.loads((work / "site.json").read_text())
-        finally:
-            server.shutdown()
+                (work / "site.json").write_text(json.dumps(crawl(root, base, data, work)))
+            finally:
+                server.shutdown()
+        site = json.loads((work / "site.json").read_text())
         runs = index_runs(data, args.repeat, work)
-        index_bytes = bu.disk_usage(data / "search" / "tantivy")[0]
+        index_bytes = sum(bu.disk_usage(Path(d) / "tantivy")[0] for d in index_dirs(data))
         targets, body_bytes, df = corpus_facts(data)
         by_df = [w for w, _ in df.most_common()]
         words = [by_df[i] for i in (0, 9, 99, 999) if i < len(by_df)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import json
 import logging
@@ -18,6 +19,7 @@ from ..read.rank import DEFAULT_MAX_ITER, DEFAULT_TOL
 from ..read.report import DEFAULT_LIMIT, DEFAULT_REFERRERS, compute
 from ..read.reporthtml import render
 from ..read.serve import DEFAULT_INTERVAL, DEFAULT_PORT, DEFAULT_REFRESH, HostRule, ReportServer
+from ..search.page import search_page
 from . import progress as progressmod
 from ._common import count, log_to_stderr, number
 from .export import INTERRUPTED, write_error
@@ -60,7 +62,8 @@ def add_parsers(sub: Any) -> None:
         "serve",
         help="serve the crawl report live (read-only, loopback by default)",
         description="An HTTP server with the report of a running (or stopped) crawl: / is "
-        "the HTML page, refreshing itself, /report.json its numbers. The report is "
+        "the HTML page, refreshing itself, /report.json its numbers, /metrics for "
+        "Prometheus, /search the search page (after python -m crawler index). The report is "
         "recomputed in the background when the crawl changed, at most every --interval "
         "seconds. Nothing is ever written to the crawl. Ctrl-C stops it.",
         epilog="example: python -m crawler serve crawl1 --port 8765",
@@ -149,6 +152,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         server = ReportServer(args.data, host=args.host, port=args.port, interval=args.interval,
                               refresh=args.refresh, allow_hosts=args.allow_host,
+                              search=functools.partial(search_page, args.data),
                               **_options(args))
     except OSError as exc:
         raise CrawlerError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc

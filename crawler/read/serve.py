@@ -6,7 +6,9 @@ only when the crawl changed (its record count or status.json moved on);
 requests are answered from the last computed report, so a slow computation
 never holds a request. ``/`` is the HTML page, which refreshes itself every
 ``refresh`` seconds; ``/report.json`` the same numbers; ``/metrics`` the shards' status
-in the Prometheus text format (crawler.read.metrics, read at each scrape); anything else is 404
+in the Prometheus text format (crawler.read.metrics, read at each scrape); ``/search`` the
+search page (crawler.search.page, when the command line gives one: no script, a
+Content-Security-Policy that allows nothing from anywhere); anything else is 404
 and any method but GET/HEAD is 405. The server binds 127.0.0.1 by default:
 the report shows URLs and hosts of the crawl, for the operator.
 
@@ -34,7 +36,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,6 +56,11 @@ DEFAULT_REFRESH = 15  # seconds between reloads of the page
 # A connection that sends no (complete) request in this long is closed: each one holds a
 # thread, so a client that connects and says nothing must not hold it forever.
 DEFAULT_REQUEST_TIMEOUT = 30.0
+#: ``/search``'s page: (query string) -> (status, HTML); crawler.search.page supplies it
+#: (the search layer sits above this one, so the command line hands it in).
+SearchPage = Callable[[str], tuple[int, str]]
+SEARCH_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+                 "base-uri 'none'; frame-ancestors 'none'")
 #: The names a server is always reachable by on this machine (with or without its port).
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 #: Binding these means every address of the machine.
@@ -170,7 +177,8 @@ class ReportServer:
     def __init__(self, data_dir: str, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  interval: float = DEFAULT_INTERVAL, refresh: int = DEFAULT_REFRESH,
                  allow_hosts: Iterable[str] = (),
-                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT, **options: Any) -> None:
+                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+                 search: SearchPage | None = None, **options: Any) -> None:
         allow_hosts = tuple(allow_hosts)
         self.request_timeout = request_timeout
         try:
@@ -180,6 +188,7 @@ class ReportServer:
         with CrawlReader(data_dir):  # fail now, not in the thread, on a bad directory
             pass
         self.data_dir, self.interval, self.refresh = data_dir, interval, refresh
+        self.search = search
         self.options = options  # for report.compute (limit, rank...)
         self._lock = threading.Lock()
         self._html: bytes | None = None
@@ -261,7 +270,10 @@ class ReportServer:
             self.refresh_now()
             self._stop.wait(self.interval)
 
-    def page(self, path: str) -> tuple[int, str, bytes]:
+    def page(self, path: str, query: str = "") -> tuple[int, str, bytes]:
+        if path == "/search" and self.search is not None:
+            code, text = self.search(query)
+            return code, "text/html; charset=utf-8", text.encode("utf-8")
         with self._lock:
             report_html, data, error = self._html, self._json, self._error
         if path in ("/", "/index.html"):
@@ -323,8 +335,11 @@ def _handler(server: ReportServer) -> type[BaseHTTPRequestHandler]:
             return False
 
         def _answer(self, *, body: bool) -> None:
-            code, ctype, data = server.page(self.path.split("?", 1)[0])
-            self._send(code, ctype, data, body=body)
+            path, _, query = self.path.partition("?")
+            code, ctype, data = server.page(path, query)
+            # the search page's policy: nothing but its inline style and its own form
+            extra = {"Content-Security-Policy": SEARCH_POLICY} if path == "/search" else {}
+            self._send(code, ctype, data, body=body, **extra)
 
         def _send(self, code: int, ctype: str, data: bytes, *, body: bool,
                   **headers: str) -> None:

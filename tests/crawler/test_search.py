@@ -4,15 +4,22 @@ to them), what boilerplate must not match, and what a recrawl changes."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from crawl_helpers import META_PATHS, Answer, Hit, LocalServer, run_cli, run_crawl
+from test_report import chromium
 
+from crawler.read.serve import ReportServer
 from crawler.search.indexer import index_crawl
+from crawler.search.page import search_page
 from crawler.search.query import MAX_QUERY, QueryError, Searcher
 from tools.testweb import SiteConfig, TestWeb
 
@@ -267,3 +274,35 @@ def test_search_without_an_index_says_how_to_make_one(web: TestWeb, tmp_path: Pa
     assert done.returncode == 1
     assert done.stderr.strip() == (f"crawler: error: {data}: no search index; make one "
                                    f"with: python -m crawler index {data}")
+
+
+def test_the_search_page_in_chromium(rocks: tuple[Path, str], tmp_path: Path) -> None:
+    data, base = rocks
+    server = ReportServer(str(data), port=0, search=functools.partial(search_page, str(data)))
+    server.start()
+    # the browser reaches our server and nothing else (the last rule given is the one kept)
+    only_us = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
+    try:
+        url = server.url + "search?" + urllib.parse.urlencode({"q": "granite", "limit": 3})
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            assert answer.status == 200
+            assert answer.headers["Content-Security-Policy"].startswith("default-src 'none'")
+        dom, console = chromium(tmp_path, url, only_us, "--dump-dom")
+        assert console == ""
+        links = re.findall(r'<li><a href="([^"]+)">([^<]*)</a>', dom)
+        assert links[0] == (base + "/granite.html", "Granite") and len(links) == 3
+        assert "<mark>granite</mark>" in dom.lower()
+        assert f"3 of {len(oracle('granite', base))} matching pages" in dom
+        assert not re.search(r"<(?:script|img|iframe|link|object)\b", dom)
+        hostile = "<script>alert(1)</script> granite"
+        dom, console = chromium(tmp_path, server.url + "search?" + urllib.parse.urlencode(
+            {"q": hostile}), only_us, "--dump-dom")
+        assert "<script" not in dom and "&lt;script&gt;" in dom and console == ""
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            urllib.request.urlopen(server.url + "search?q=%28%28", timeout=30)
+        assert bad.value.code == 400 and b"cannot read the query" in bad.value.read()
+        bad.value.close()
+        dom, _ = chromium(tmp_path, server.url + "search", only_us, "--dump-dom")
+        assert '<form method="get" action="/search">' in dom and "<ol>" not in dom
+    finally:
+        server.stop()

@@ -1,5 +1,5 @@
-"""The search benchmarks (tools/bench_extract.py, tools/bench_index.py) run end to end at a
-tiny size and write the JSON their docstrings document.
+"""The search benchmarks (tools/bench_extract.py, bench_index.py, bench_search.py) run end
+to end at a tiny size and write the JSON their docstrings document.
 
 Speed is never asserted (that is what the tools are for). What is asserted is that they
 measure what they say: the quality reference is the marked main content (the plain
@@ -150,3 +150,31 @@ def test_bench_index_corpus_is_deterministic_and_prefix_stable(tmp_path: Path) -
     assert big.read_bytes().startswith(small.read_bytes())
     assert bench_index.word(0) != bench_index.word(1) and len(bench_index.word(0)) == 4
     assert len({bench_index.word(i) for i in range(20_000)}) == 20_000
+
+
+def test_bench_search_crawls_indexes_and_scores_title_queries(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "docs").mkdir(parents=True)
+    names = [f"p{i}" for i in range(12)]
+    minerals = ["quartz", "mica", "basalt", "granite", "pumice", "obsidian", "tuff",
+                "gneiss", "slate", "marble", "chalk", "flint"]
+    for i, name in enumerate(names):
+        links = "".join(f'<li><a href="{n}.html">{m} notes</a></li>'
+                        for n, m in zip(names, minerals, strict=True) if n != name)
+        (site / "docs" / f"{name}.html").write_text(
+            f"<html><head><title>All about {minerals[i]}</title></head><body>"
+            f"<nav><ul>{links}</ul></nav><main><h1>{minerals[i]}</h1>"
+            f"<p>{minerals[i]} is a rock or mineral; this page says what {minerals[i]} "
+            f"is made of and where it is found.</p></main></body></html>")
+    stdout, res = _run(["tools/bench_search.py", "--html-root", str(site), "--repeat", "1",
+                        "--query-runs", "1", "--weights", "0,0.5"], tmp_path)
+    s = res["summary"]
+    assert s["pages_indexed"] == 12 and s["title_queries"] == 12
+    assert res["site"]["seeds"] == 12 and s["stored_body_bytes"] > 0
+    assert s["index_pages_per_s"] > 0 and 0 < s["index_vs_bodies"]
+    q = s["quality"]
+    assert set(q) == {"all fields, rank weight 0", "all fields, rank weight 0.5",
+                      "no anchor text, rank weight 0", "no field boosts, rank weight 0"}
+    assert q["all fields, rank weight 0"] == {"mrr": 1.0, "first": 1.0, "queries": 12}
+    assert 0 < s["latency_title_queries"]["p50_ms"] <= s["latency_title_queries"]["p95_ms"]
+    assert "| configuration | MRR |" in stdout
