@@ -29,7 +29,8 @@ def add_parsers(sub: Any) -> None:
         "export",
         help="export a crawl's pages to WARC, WACZ and/or JSON lines",
         description="Write every page record of a crawl (running or stopped: read-only, "
-        "streaming) as WARC (warcinfo, then request/response records, revisits for repeated "
+        "streaming) as Markdown (--markdown: each page's main content, for people and "
+        "language models), as WARC (warcinfo, then request/response records, revisits for repeated "
         "payloads, conversion records of browser-rendered DOMs, metadata records for URLs with no "
         "answer), as a WACZ package (those WARC records with a CDXJ index, a page list and "
         "a datapackage.json with digests: a file replay tools such as pywb and "
@@ -65,6 +66,12 @@ def add_parsers(sub: Any) -> None:
     )
     export_p.add_argument(
         "--jsonl", metavar="OUT.jsonl", help="JSON lines output, one object per page (- = stdout)"
+    )
+    export_p.add_argument(
+        "--markdown", metavar="OUTDIR",
+        help="one Markdown file per page (main content, boilerplate removed; title, URL, "
+        "fetch time and language in YAML front matter) in a new directory: "
+        "OUTDIR/HOST/URLKEY.md",
     )
     export_p.add_argument(
         "--text", action="store_true", help="add each page's visible text to the JSONL objects"
@@ -110,9 +117,9 @@ def add_parsers(sub: Any) -> None:
 def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Combinations argparse cannot express; parser.error exits 2."""
     if args.command == "export":
-        if not (args.warc or args.wacz or args.jsonl):
-            parser.error("export: give --warc OUT.warc.gz, --wacz OUT.wacz and/or "
-                         "--jsonl OUT.jsonl")
+        if not (args.warc or args.wacz or args.jsonl or args.markdown):
+            parser.error("export: give --warc OUT.warc.gz, --wacz OUT.wacz, --jsonl OUT.jsonl "
+                         "and/or --markdown OUTDIR")
         if args.warc == "-":
             parser.error("export: --warc needs a file name (WARC is not written to stdout)")
         if args.wacz is not None and not args.wacz.endswith(".wacz"):
@@ -123,7 +130,8 @@ def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         if args.text and not args.jsonl:
             parser.error("export: --text adds text to the JSONL output: give --jsonl")
         named = [(opt, os.path.abspath(value)) for opt, value in
-                 (("--warc", args.warc), ("--wacz", args.wacz), ("--jsonl", args.jsonl))
+                 (("--warc", args.warc), ("--wacz", args.wacz), ("--jsonl", args.jsonl),
+                  ("--markdown", args.markdown))
                  if value and value != "-"]
         for i, (opt, path) in enumerate(named):
             for other, other_path in named[i + 1:]:
@@ -184,6 +192,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 warc=args.warc,
                 wacz=args.wacz,
                 jsonl=jsonl,
+                markdown=args.markdown,
                 max_size=args.max_size,
                 text=args.text,
                 text_limit=args.text_limit,

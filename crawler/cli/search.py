@@ -11,7 +11,7 @@ from typing import Any
 from ..config import MAX_COUNT, MAX_SECONDS
 from ..exceptions import CrawlerError
 from ..read.display import printable
-from ..search.extract import DEFAULT_TEXT_LIMIT
+from ..read.pagetext import DEFAULT_TEXT_LIMIT
 from ..search.indexer import DEFAULT_BATCH, DEFAULT_MEMORY, MIN_MEMORY, index_crawl
 from ..search.query import DEFAULT_LIMIT, DEFAULT_RANK_WEIGHT, Hit, Searcher
 from ._common import count, log_to_stderr, number, size_in, stdout_gone

@@ -45,6 +45,7 @@ from ._outfile import Outputs, naming
 from .display import printable_json
 from .linkgraph import Resolver
 from .listing import DEFAULT_MAX_TEXT_CHARS, CrawlReader
+from .markdown import MarkdownSink
 from .pagejson import graph_fields, page_object, rank_fields
 from .rankstore import RankStore
 from .wacz import WaczSink
@@ -70,14 +71,18 @@ class ExportStats:
     jsonl_file: str | None = None  # None: no JSONL, or JSONL to a stream
     jsonl_lines: int = 0
     jsonl_bytes: int = 0
+    markdown_dir: str | None = None
+    markdown_files: int = 0
     skipped: int = 0  # damaged records skipped
     seconds: float = 0.0
 
     @property
     def files(self) -> list[str]:
-        """Every file written, in order: the WARC file(s), the WACZ, the JSONL file."""
+        """Every output written, in order: the WARC file(s), the WACZ, the JSONL file, the
+        Markdown directory."""
         return (self.warc_files + ([self.wacz_file] if self.wacz_file else [])
-                + ([self.jsonl_file] if self.jsonl_file else []))
+                + ([self.jsonl_file] if self.jsonl_file else [])
+                + ([self.markdown_dir] if self.markdown_dir else []))
 
     def summary(self) -> str:
         out = (f"exported {self.pages} pages ({self.failures} with no HTTP answer) "
@@ -90,6 +95,8 @@ class ExportStats:
             out += f"; WACZ: {self.wacz_pages} pages listed, {self.wacz_bytes} bytes"
         if self.jsonl_lines:
             out += f"; JSONL: {self.jsonl_lines} lines, {self.jsonl_bytes} bytes"
+        if self.markdown_dir:
+            out += f"; Markdown: {self.markdown_files} files"
         if self.skipped:
             out += f"; {self.skipped} damaged record(s) skipped"
         return out
@@ -169,7 +176,8 @@ class JsonlSink:
 
 def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | None = None,
            wacz: str | os.PathLike[str] | None = None,
-           jsonl: str | os.PathLike[str] | IO[str] | None = None, max_size: int | None = None,
+           jsonl: str | os.PathLike[str] | IO[str] | None = None,
+           markdown: str | os.PathLike[str] | None = None, max_size: int | None = None,
            text: bool = False, text_limit: int = DEFAULT_MAX_TEXT_CHARS,
            user_agent: str = DEFAULT_USER_AGENT, revisits: bool = True,
            skip_failures: bool = False, strict: bool = False,
@@ -184,8 +192,9 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
     every file written is removed. Raises DataDirError, ConfigError or OSError
     (an output that cannot be written; ``filename`` names it).
     """
-    if warc is None and wacz is None and jsonl is None:
-        raise ConfigError("nothing to export: give a WARC, a WACZ and/or a JSONL output")
+    if warc is None and wacz is None and jsonl is None and markdown is None:
+        raise ConfigError("nothing to export: give a WARC, a WACZ, a JSONL and/or a Markdown "
+                          "output")
     stats = ExportStats()
     started = time.monotonic()
     with CrawlReader(data_dir, strict=strict) as reader:
@@ -196,7 +205,8 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
         wsink: WarcSink | None = None
         zsink: WaczSink | None = None
         jsink: JsonlSink | None = None
-        sinks: list[WarcSink | WaczSink | JsonlSink] = []
+        msink: MarkdownSink | None = None
+        sinks: list[WarcSink | WaczSink | JsonlSink | MarkdownSink] = []
         outputs = Outputs()  # every file of every sink, from before it exists
         try:
             if warc is not None:
@@ -215,6 +225,9 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
                                   resolver=Resolver(reader, table=ranks.url if ranks else None),
                                   outputs=outputs)
                 sinks.append(jsink)
+            if markdown is not None:
+                msink = MarkdownSink(markdown)
+                sinks.append(msink)
             for page in reader.pages():
                 stats.pages += 1
                 stats.failures += page.status <= 0
@@ -239,6 +252,8 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
         if wsink is None:
             stats.records, stats.revisits = zsink.records, zsink.revisits
         stats.wacz_file, stats.wacz_bytes, stats.wacz_pages = zsink.file, zsink.bytes, zsink.pages
+    if msink is not None:
+        stats.markdown_dir, stats.markdown_files = msink.directory, msink.files
     if jsink is not None:
         stats.jsonl_file = jsink.path
         stats.jsonl_lines, stats.jsonl_bytes = jsink.lines, jsink.bytes

@@ -19,6 +19,7 @@ from ..state.pages import NOFOLLOW, PageRecord
 from .linkgraph import Resolver
 from .listing import DEFAULT_MAX_TEXT_CHARS, iso_time, page_meta
 from .rankstore import Rank
+from .pagetext import page_text
 from .simhash import simhash
 
 __all__ = ["graph_fields", "page_object", "rank_fields", "text_fields"]
@@ -43,15 +44,18 @@ def page_object(page: PageRecord, *, text: bool = False,
 
 def text_fields(page: PageRecord, limit: int = DEFAULT_MAX_TEXT_CHARS) -> dict[str, Any]:
     """The JSONL fields read from a page's body in one parse (crawler.web.pagemeta): its
-    visible ``text`` (at most ``limit`` characters), ``title``, ``description``,
+    visible ``text`` (at most ``limit`` characters), its ``main_text`` (crawler.read.pagetext:
+    boilerplate removed, as the search index reads it), ``title``, ``description``,
     ``canonical``, ``lang``, ``opengraph`` and ``jsonld`` (structured data, when the page
     has them), and ``simhash`` (64 bits as 16 hex digits: JSON numbers stop at 2**53).
     All null for a page with no text body."""
     meta = page_meta(page, limit=limit)
     if meta is None:
-        return dict.fromkeys(("text", "title", "description", "canonical", "lang",
-                              "opengraph", "jsonld", "simhash"))
-    return {"text": meta.text, "title": meta.title, "description": meta.description,
+        return dict.fromkeys(("text", "main_text", "title", "description", "canonical",
+                              "lang", "opengraph", "jsonld", "simhash"))
+    main = page_text(page, text_limit=limit)
+    return {"text": meta.text, "main_text": main.text if main is not None else meta.text,
+            "title": meta.title, "description": meta.description,
             "canonical": meta.canonical, "lang": meta.lang, "opengraph": meta.opengraph,
             "jsonld": meta.jsonld, "simhash": f"{simhash(meta.text):016x}"}
 

@@ -8,7 +8,7 @@ memory) is compared with what the index has read (crawler.search.versions): only
 records written since are read. Then three phases:
 
 1. *Read.* Each changed record is read (in file order) and, when it is an indexable
-   page (status 200, not ``noindex``, a text body), read by crawler.search.extract.
+   page (status 200, not ``noindex``, a text body), read by crawler.read.pagetext.
    The document is spilled to a temporary file; each of its links with text becomes a
    line ``target key, text`` in a sorter of the shard that owns the target's host.
 2. *Anchors.* Each shard's lines come out grouped by target and are added to the
@@ -55,12 +55,12 @@ import kvstore
 from ..exceptions import DataDirError, URLError
 from ..read._linesort import LineSorter
 from ..read.listing import CrawlReader
+from ..read.pagetext import DEFAULT_TEXT_LIMIT, PageText, page_text
 from ..state.jsonfile import read_json, write_json
 from ..state.pages import NOFOLLOW, PageRecord
 from ..state.shards import owner
 from ..web.urls import host_of, normalize, url_key
 from . import schema
-from .extract import DEFAULT_TEXT_LIMIT, PageText, page_text
 from .versions import GONE, Versions
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ FIELDS = {"url", "final_url", "status", "reason", "content_type", "fetched_at", 
           "outlinks", "truncated", "noindex", "redirect", "size", "render", "dom_size",
           "revisit"}
 GRAPH = {"elapsed", "links", "rank", "rank_scaled"}  # test_linkgraph.py, test_rank.py
-TEXT = {"text", "title", "description", "canonical", "lang", "opengraph", "jsonld", "simhash"}
+TEXT = {"text", "main_text", "title", "description", "canonical", "lang", "opengraph", "jsonld", "simhash"}
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +96,8 @@ def test_text_to_stdout_is_the_visible_text(
         assert title and " ".join(title.split()) in obj["text"], url
         assert obj["title"] == " ".join(title.split()), url
         assert obj["simhash"] == f"{simhash(obj['text']):016x}", url
+        # the main text is the visible text's words, fewer or all (boilerplate dropped)
+        assert obj["main_text"] and set(obj["main_text"].split()) <= set(obj["text"].split())
         assert "<" not in obj["text"] or "<" in words, url
         # Same characters in the same order; only the spacing at block boundaries differs.
         assert obj["text"].replace(" ", "") == words, url

@@ -21,6 +21,7 @@ from crawler.read.serve import ReportServer
 from crawler.search.indexer import index_crawl
 from crawler.search.page import search_page
 from crawler.search.query import MAX_QUERY, QueryError, Searcher
+from crawler.web.urls import url_key
 from tools.testweb import SiteConfig, TestWeb
 
 # path -> (title, main text, links as (href, text, rel)); every page also has the same
@@ -306,3 +307,37 @@ def test_the_search_page_in_chromium(rocks: tuple[Path, str], tmp_path: Path) ->
         assert '<form method="get" action="/search">' in dom and "<ol>" not in dom
     finally:
         server.stop()
+
+
+def test_export_markdown_writes_each_page_main_content(rocks: tuple[Path, str],
+                                                       tmp_path: Path) -> None:
+    data, base = rocks
+    out = tmp_path / "md"
+    done = run_cli(["python", "-m", "crawler", "export", str(data), "--markdown", str(out),
+                    "--quiet"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"wrote {out}" and not (tmp_path / "md.part").exists()
+    files = sorted(out.rglob("*.md"))
+    assert {f.parent.name for f in files} == {"127.0.0.1"}
+    seen = {}
+    for f in files:
+        head, sep, body = f.read_text(encoding="utf-8").removeprefix("---\n").partition(
+            "\n---\n\n")
+        assert sep, f
+        meta = {k: json.loads(v) for k, _, v in (ln.partition(": ") for ln in head.split("\n"))}
+        assert set(meta) == {"title", "url", "fetched", "lang"} and isinstance(meta["lang"], str)
+        path = meta["url"][len(base):]
+        assert f.name == url_key(meta["url"]).hex() + ".md"
+        title, text, _ = PAGES[path]
+        assert meta["title"] == title
+        assert body.startswith(f"# {title}\n") and text.split()[2] in body
+        assert not {"zzfooter", "zzside", "zzmenu"} & words(body), path
+        seen[path] = body
+    assert set(seen) == set(PAGES) - NOINDEX
+    again = run_cli(["python", "-m", "crawler", "export", str(data), "--markdown", str(out)])
+    assert again.returncode == 1 and again.stderr.strip().splitlines() == [
+        f"crawler: error: --markdown {out}: it exists; give a new directory"]
+    failed = run_cli(["python", "-m", "crawler", "export", str(data), "--markdown",
+                      str(tmp_path / "md2"), "--jsonl", str(tmp_path / "no" / "x.jsonl")])
+    assert failed.returncode == 1 and "does not exist" in failed.stderr
+    assert not (tmp_path / "md2").exists() and not (tmp_path / "md2.part").exists()

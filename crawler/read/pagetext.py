@@ -30,9 +30,9 @@ from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import HTMLTree
 from resiliparse.parse.lang import detect_fast
 
-from ..read.simhash import simhash
 from ..state.pages import PageRecord
 from ..web.links import is_html, sniff_charset
+from .simhash import simhash
 
 MAX_PARSE_BYTES = 2 << 20  # of a body parsed (decoded text, in characters)
 DEFAULT_TEXT_LIMIT = 100_000  # characters of main text kept a page
@@ -150,4 +150,117 @@ def read_html(html: str, url: str, *, text_limit: int = DEFAULT_TEXT_LIMIT) -> P
     return out
 
 
-__all__ = ["DEFAULT_TEXT_LIMIT", "PageText", "detect_language", "page_text", "read_html"]
+# -- Markdown ---------------------------------------------------------------------------
+
+# The tags of resiliparse's minimal HTML, and what Markdown says specially in text.
+_MD_TAG = re.compile(r'<(/?)(h[1-6]|p|ul|ol|li|pre|br|a)(?: href="([^"]*)")?>')
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>])")
+_MD_LINE_START = re.compile(r"^([#>+-]|\d+[.)])", re.M)
+
+
+def _escape_start(m: re.Match[str]) -> str:
+    mark = m.group(1)  # "#", ">", "+", "-", or "12." / "12)": its punctuation escaped
+    return "\\" + mark if not mark[0].isdigit() else mark[:-1] + "\\" + mark[-1]
+
+
+def _md_text(raw: str, line_start: bool) -> str:
+    """Text of the outline as Markdown text: whitespace collapsed (one space kept at
+    each end), Markdown's characters escaped, and what would start a block at the start
+    of a line (``#``, ``-``, ``1.``) too."""
+    words = unescape(raw).split()
+    if not words:
+        return "" if line_start or not raw else " "
+    text = _MD_SPECIAL.sub(r"\\\1", " ".join(words))
+    if line_start or raw[0].isspace():  # a new line may follow a space once wrapped
+        text = _MD_LINE_START.sub(_escape_start, text)
+    lead = " " if raw[0].isspace() and not line_start else ""
+    return lead + text + (" " if raw[-1].isspace() else "")
+
+
+def _fence(code: str) -> str:
+    longest = max((len(m) for m in re.findall(r"`+", code)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def outline_markdown(outline: str, base: str) -> str:
+    """Markdown of resiliparse's minimal HTML: headings, paragraphs, preformatted text
+    (fenced), line breaks, links (resolved against ``base``); list items come out of
+    resiliparse as lines of text, and stay so."""
+    out: list[str] = []
+
+    def at_line_start() -> bool:
+        return not out or out[-1].endswith("\n")
+
+    pos, link, pre_start = 0, "", -1
+    opened = -1  # where the open link's "[" is in out, or -1
+
+    def drop_link() -> None:  # a link with no text, or one a block cuts: its text stays
+        nonlocal opened
+        if opened >= 0:
+            out[opened] = ""
+            opened = -1
+
+    for m in _MD_TAG.finditer(outline):
+        raw, pos = outline[pos:m.start()], m.end()
+        closing, tag, href = m.group(1) == "/", m.group(2), m.group(3)
+        if tag != "a" and opened >= 0 and tag != "br":
+            drop_link()
+        if pre_start >= 0:  # inside <pre>: its text as it is, up to its end
+            if tag == "pre" and closing:
+                code = unescape(outline[pre_start:m.start()]).strip("\n")
+                fence = _fence(code)
+                out.append(f"\n\n{fence}\n{code}\n{fence}\n\n")
+                pre_start = -1
+            continue
+        out.append(_md_text(raw, at_line_start()))
+        if tag == "pre" and not closing:
+            pre_start = pos
+        elif tag[0] == "h":
+            out.append("\n\n" if closing else "\n\n" + "#" * int(tag[1]) + " ")
+        elif tag in ("p", "ul", "ol"):
+            out.append("\n\n")
+        elif tag in ("br", "li"):
+            out.append("\\\n" if tag == "br" else "\n")
+        elif tag == "a" and not closing:
+            drop_link()
+            try:
+                link = urljoin(base, unescape(href or "").strip())
+            except ValueError:  # a bad href: its text stays, without a link
+                link = ""
+            opened = len(out)
+            out.append("[")
+        elif tag == "a" and opened >= 0:
+            target = link.replace(" ", "%20").replace("(", "%28").replace(")", "%29")
+            if target and "".join(out[opened + 1:]).strip():
+                out.append(f"]({target})")
+                opened = -1
+            else:
+                drop_link()
+    if pre_start < 0:
+        out.append(_md_text(outline[pos:], at_line_start()))
+    drop_link()
+    lines = "".join(out).split("\n")
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(ln.rstrip(" ") for ln in lines)).strip() + "\n"
+
+
+def page_markdown(page: PageRecord) -> str | None:
+    """The main content of a stored HTML page as Markdown; None for a page with no text
+    body (a text body that is not HTML is its text, as one paragraph)."""
+    body = page.body
+    if not body or not _textual(page.content_type, body):
+        return None
+    decoded = body.decode(sniff_charset(page.content_type, body), "replace")
+    decoded = decoded[:MAX_PARSE_BYTES].replace("\0", "\ufffd")
+    if not is_html(page.content_type, body[:512]):
+        return _md_text(decoded, True) + "\n"
+    tree = HTMLTree.parse(decoded)
+    outline = extract_plain_text(tree, preserve_formatting="minimal_html", main_content=True,
+                                 links=True, list_bullets=False, alt_texts=False)
+    if not outline.strip():
+        outline = extract_plain_text(tree, preserve_formatting="minimal_html", links=True,
+                                     list_bullets=False, alt_texts=False)
+    return outline_markdown(outline, page.final_url or page.url)
+
+
+__all__ = ["DEFAULT_TEXT_LIMIT", "PageText", "detect_language", "outline_markdown",
+           "page_markdown", "page_text", "read_html"]
