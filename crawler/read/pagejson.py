@@ -18,8 +18,8 @@ from typing import Any
 from ..state.pages import NOFOLLOW, PageRecord
 from .linkgraph import Resolver
 from .listing import DEFAULT_MAX_TEXT_CHARS, iso_time, page_meta
-from .rankstore import Rank
 from .pagetext import page_text
+from .rankstore import Rank
 from .simhash import simhash
 
 __all__ = ["graph_fields", "page_object", "rank_fields", "text_fields"]
