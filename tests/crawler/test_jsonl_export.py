@@ -26,7 +26,8 @@ FIELDS = {"url", "final_url", "status", "reason", "content_type", "fetched_at", 
           "outlinks", "truncated", "noindex", "redirect", "size", "render", "dom_size",
           "revisit"}
 GRAPH = {"elapsed", "links", "rank", "rank_scaled"}  # test_linkgraph.py, test_rank.py
-TEXT = {"text", "main_text", "title", "description", "canonical", "lang", "opengraph", "jsonld", "simhash"}
+TEXT = {"text", "main_text", "title", "description", "canonical", "lang", "opengraph",
+        "jsonld", "simhash"}
 
 
 @pytest.fixture(scope="module")
