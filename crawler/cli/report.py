@@ -20,6 +20,7 @@ from ..read.report import DEFAULT_LIMIT, DEFAULT_REFERRERS, compute
 from ..read.reporthtml import render
 from ..read.serve import DEFAULT_INTERVAL, DEFAULT_PORT, DEFAULT_REFRESH, HostRule, ReportServer
 from ..search.page import search_page
+from ..search.sitecheck import add_site_checks
 from . import progress as progressmod
 from ._common import count, log_to_stderr, number
 from .export import INTERRUPTED, write_error
@@ -117,6 +118,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             report = compute(args.data, **_options(args), progress=progress.phase("report"),
                              rank_progress=progressmod.Convergence(
                                  ranks, tol=DEFAULT_TOL, max_iter=DEFAULT_MAX_ITER))
+            add_site_checks(args.data, report, limit=args.limit)
         text = render(report) if args.format == "html" else json.dumps(report, indent=1) + "\n"
         if out is None:
             sys.stdout.write(text)
@@ -153,6 +155,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server = ReportServer(args.data, host=args.host, port=args.port, interval=args.interval,
                               refresh=args.refresh, allow_hosts=args.allow_host,
                               search=functools.partial(search_page, args.data),
+                              augment=functools.partial(add_site_checks, args.data,
+                                                        limit=args.limit),
                               **_options(args))
     except OSError as exc:
         raise CrawlerError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc

@@ -61,6 +61,7 @@ class PageText:
     headings: str = ""
     text: str = ""  # the main content (or all visible text: see the module docstring)
     lang: str = ""  # detected ("en", "de"...), else the page's <html lang>, else ""
+    canonical: str = ""  # <link rel=canonical>'s target, absolute
     simhash: int = 0
     # (absolute URL, its text) of the links with text; rel=nofollow is in the page
     # record's links (crawler.state.pages), which the indexer checks
@@ -124,6 +125,12 @@ def read_html(html: str, url: str, *, text_limit: int = DEFAULT_TEXT_LIMIT) -> P
             try:
                 base = urljoin(url, (tag.getattr("href") or "").strip())
             except ValueError:  # an unparsable <base>: ignored, as WHATWG says
+                pass
+        tag = head.query_selector('link[rel~="canonical" i][href]')
+        if tag is not None:
+            try:
+                out.canonical = urljoin(base, (tag.getattr("href") or "").strip())[:MAX_TITLE * 8]
+            except ValueError:
                 pass
     if tree.body is None:
         return out

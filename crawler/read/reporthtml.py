@@ -122,10 +122,14 @@ def render(report: dict[str, Any], *, refresh: int | None = None) -> str:
         ["bytes", "URL"], [[_bytes(r["bytes"]), _e(r["url"])] for r in report["largest"]],
         {0}, {1})))
     parts.append(_section("rank", "Top pages by PageRank", _rank(report["rank"])))
+    sections = ["outcomes", "timeline", "hosts", "depth", "redirects", "broken", "duplicates",
+                "slowest", "largest", "rank"]
+    if "site" in report:  # from the search index, when the crawl has one
+        parts.append(_section("site", "Titles, descriptions, canonicals, near-duplicates",
+                              _site(report["site"])))
+        sections.append("site")
     meta = f'<meta http-equiv="refresh" content="{int(refresh)}">' if refresh else ""
-    nav = "".join(f'<a href="#{s}">{s}</a>' for s in (
-        "outcomes", "timeline", "hosts", "depth", "redirects", "broken", "duplicates",
-        "slowest", "largest", "rank"))
+    nav = "".join(f'<a href="#{s}">{s}</a>' for s in sections)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{meta}'
             f'<meta name="viewport" content="width=device-width,initial-scale=1">'
             f"<title>Crawl report: {_e(c['dir'])}</title><style>{_CSS}</style></head><body>"
@@ -167,6 +171,37 @@ def _broken(r: dict[str, Any]) -> str:
         rows.append([_e(t["url"]), _e(what), _n(t["referrers"]), refs])
     return intro + _table(["target", "answer", "linked from", "pages linking to it"], rows,
                           {2}, {0, 3})
+
+
+def _site(r: dict[str, Any]) -> str:
+    """The search index's findings (crawler.search.sitecheck)."""
+    def urls(items: list[str]) -> str:
+        return "<br>".join(_e(u) for u in items)
+
+    mt, md = r["missing_title"], r["missing_description"]
+    dt, dd, c, nd = (r["duplicate_titles"], r["duplicate_descriptions"], r["canonical"],
+                     r["near_duplicates"])
+    return "".join([
+        f"<p>Of {r['pages']:,} indexed pages: {mt['count']:,} have no title, "
+        f"{md['count']:,} no description; {dt['pages']:,} pages share {dt['groups']:,} "
+        f"titles, {dd['pages']:,} share {dd['groups']:,} descriptions; {c['bad']:,} of "
+        f"{c['pages']:,} canonical links point to a redirect, an error or a page not "
+        f"crawled; {nd['pages']:,} pages fall in {nd['groups']:,} near-duplicate groups "
+        f"(SimHash, 3 bits).</p>",
+        "<h3>Shared titles</h3>", _table(["pages", "title", "URLs"], [
+            [_n(g["count"]), _e(g["title"]), urls(g["urls"])] for g in dt["top"]], {0}, {2}),
+        "<h3>Shared descriptions</h3>", _table(["pages", "description", "URLs"], [
+            [_n(g["count"]), _e(g["description"]), urls(g["urls"])] for g in dd["top"]],
+            {0}, {2}),
+        "<h3>Canonical links to a redirect or an error</h3>", _table(
+            ["page", "canonical", "status", "problem"],
+            [[_e(b["url"]), _e(b["canonical"]), _e(b["status"] if b["status"] is not None
+                                                    else "-"), _e(b["problem"])]
+             for b in c["top"]], set(), {0, 1}),
+        "<h3>Near-duplicate groups</h3>", _table(["pages", "title", "URLs"], [
+            [_n(g["count"]), _e(g["title"]), urls(g["urls"])] for g in nd["top"]], {0}, {2}),
+        "<h3>Pages with no title</h3>", f"<p>{urls(mt['urls']) or 'none'}</p>",
+    ])
 
 
 def _rank(r: dict[str, Any]) -> str:

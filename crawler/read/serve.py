@@ -178,7 +178,9 @@ class ReportServer:
                  interval: float = DEFAULT_INTERVAL, refresh: int = DEFAULT_REFRESH,
                  allow_hosts: Iterable[str] = (),
                  request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-                 search: SearchPage | None = None, **options: Any) -> None:
+                 search: SearchPage | None = None,
+                 augment: Callable[[dict[str, Any]], None] | None = None,
+                 **options: Any) -> None:
         allow_hosts = tuple(allow_hosts)
         self.request_timeout = request_timeout
         try:
@@ -189,6 +191,7 @@ class ReportServer:
             pass
         self.data_dir, self.interval, self.refresh = data_dir, interval, refresh
         self.search = search
+        self.augment = augment  # adds to each computed report (the search index's checks)
         self.options = options  # for report.compute (limit, rank...)
         self._lock = threading.Lock()
         self._html: bytes | None = None
@@ -254,6 +257,8 @@ class ReportServer:
             if not self._changed():
                 return
             report = compute(self.data_dir, **self.options)
+            if self.augment is not None:
+                self.augment(report)
             page = render(report, refresh=self.refresh).encode("utf-8")
             data = json.dumps(report).encode("utf-8")
             with self._lock:

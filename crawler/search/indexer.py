@@ -125,7 +125,8 @@ def document(page: PageRecord, text: PageText, anchors: str) -> tantivy.Document
     for name, value in (("key", url_key(page.url).hex()), ("url", page.url),
                         ("host", host_of(page.url)), ("title", text.title),
                         ("description", text.description), ("headings", text.headings),
-                        ("body", text.text), ("anchors", anchors), ("lang", text.lang)):
+                        ("body", text.text), ("anchors", anchors), ("lang", text.lang),
+                        ("canonical", text.canonical)):
         doc.add_text(name, value)
     doc.add_unsigned("simhash", text.simhash)  # (keyword arguments would make it i64)
     doc.add_float("fetched", float(page.fetched_at))

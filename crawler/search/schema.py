@@ -19,7 +19,7 @@ import os
 
 import tantivy
 
-FORMAT = 1  # of the index directory: a different one is rebuilt, never read
+FORMAT = 2  # of the index directory: a different one is rebuilt, never read
 SEARCH_DIR = "search"
 TANTIVY_DIR = "tantivy"
 ANCHORS_DIR = "anchors"
@@ -45,6 +45,7 @@ def build_schema() -> tantivy.Schema:
     sb.add_text_field("body", stored=True)  # stored: snippets are cut from it
     sb.add_text_field("anchors")
     sb.add_text_field("lang", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("canonical", stored=True, tokenizer_name="raw", index_option="basic")
     sb.add_unsigned_field("simhash", stored=True, fast=True)
     sb.add_float_field("fetched", stored=True)
     return sb.build()

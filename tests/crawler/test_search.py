@@ -21,6 +21,7 @@ from crawler.read.serve import ReportServer
 from crawler.search.indexer import index_crawl
 from crawler.search.page import search_page
 from crawler.search.query import MAX_QUERY, QueryError, Searcher
+from crawler.search.sitecheck import site_checks
 from crawler.web.urls import url_key
 from tools.testweb import SiteConfig, TestWeb
 
@@ -33,7 +34,7 @@ PAGES: dict[str, tuple[str, str, list[tuple[str, str, str]]]] = {
            ("/basalt.html", "volcanic rock", ""), ("/granite.html", "granite", ""),
            ("/secret.html", "zebrastripe", "nofollow"), ("/twin-a.html", "twin", ""),
            ("/twin-b.html", "twin too", ""), ("/hidden.html", "hidden", ""),
-           ("/gone.html", "gone", "")]),
+           ("/gone.html", "gone", ""), ("/lost.html", "lost", "")]),
     "/quartz.html": ("Quartz", "quartz is a hard mineral made of silicon and oxygen atoms, "
                      "common in granite and sandstone", [("/mica.html", "glimmer", "")]),
     "/mica.html": ("Mica sheets", "mica splits into thin elastic sheets, a silicate "
@@ -51,6 +52,10 @@ PAGES: dict[str, tuple[str, str, list[tuple[str, str, str]]]] = {
     "/gone.html": ("Gone soon", "serpentine is a green mineral group", []),
 }
 NOINDEX = {"/hidden.html"}
+# what the report's site checks find (crawler.search.sitecheck): /lost.html is a 404
+DESCRIPTIONS = {"/": "rocks and minerals", "/basalt.html": "rocks and minerals",
+                "/granite.html": "all about granite"}
+CANONICAL = {"/mica.html": "/lost.html", "/quartz.html": "/quartz.html"}
 CHANGED = {"/basalt.html": ("Basalt", "basalt was rewritten: now it speaks of lava flows "
                             "and columnar jointing", [])}
 BOILERPLATE = ("<header><nav><a href=\"/\">zzmenu home</a> <a href=\"/quartz.html\">"
@@ -64,6 +69,10 @@ def page_html(path: str, version: int) -> bytes:
     anchors = "".join(f'<li><a href="{href}"{f" rel={rel}" if rel else ""}>{words}</a></li>'
                       for href, words, rel in links)
     robots = '<meta name="robots" content="noindex">' if path in NOINDEX else ""
+    if path in DESCRIPTIONS:
+        robots += f'<meta name="description" content="{DESCRIPTIONS[path]}">'
+    if path in CANONICAL:
+        robots += f'<link rel="canonical" href="{CANONICAL[path]}">'
     nav, foot = BOILERPLATE
     # twin-b's boilerplate differs from twin-a's: only the main text is the same
     if path == "/twin-b.html":
@@ -92,19 +101,21 @@ def words(text: str) -> set[str]:
 
 
 def oracle(word: str, base: str, version: int = 1) -> set[str]:
-    """The pages a one-word query must find: its title or main text says it, or a
-    followed link to it does (anchor text); never by boilerplate; never noindex."""
+    """The pages a one-word query must find: its title, main text or description says
+    it, or a followed link to it does (anchor text); never by boilerplate; never
+    noindex."""
     pages = {**PAGES, **CHANGED} if version > 1 else PAGES
     found = set()
     for path, (title, text, _) in pages.items():
         if version > 1 and path == "/gone.html":
             continue
-        if word in words(title) | words(text):
+        if word in words(title) | words(text) | words(DESCRIPTIONS.get(path, "")):
             found.add(path)
     nav = [("/", "zzmenu home", ""), ("/quartz.html", "zzmenu quartz", "")]
     for path, (_, _, links) in pages.items():
         for href, anchor, rel in links + nav:
-            if rel != "nofollow" and word in words(anchor) and href != path:
+            if (rel != "nofollow" and word in words(anchor) and href != path
+                    and href in pages):
                 found.add(href)
     if version > 1:
         found.discard("/gone.html")
@@ -341,3 +352,34 @@ def test_export_markdown_writes_each_page_main_content(rocks: tuple[Path, str],
                       str(tmp_path / "md2"), "--jsonl", str(tmp_path / "no" / "x.jsonl")])
     assert failed.returncode == 1 and "does not exist" in failed.stderr
     assert not (tmp_path / "md2").exists() and not (tmp_path / "md2.part").exists()
+
+
+def test_the_report_lists_what_a_site_owner_fixes(rocks: tuple[Path, str],
+                                                  tmp_path: Path) -> None:
+    data, base = rocks
+    found = site_checks(str(data))
+    assert found is not None
+    indexed = set(PAGES) - NOINDEX
+    assert found["pages"] == len(indexed)
+    assert found["missing_title"]["count"] == 0
+    twins = {base + "/twin-a.html", base + "/twin-b.html"}
+    dt = found["duplicate_titles"]
+    assert (dt["groups"], dt["pages"]) == (1, 2) and set(dt["top"][0]["urls"]) == twins
+    assert dt["top"][0]["title"] == "Twin page one"
+    dd = found["duplicate_descriptions"]
+    assert (dd["groups"], dd["pages"]) == (1, 2)
+    assert set(dd["top"][0]["urls"]) == {base + "/", base + "/basalt.html"}
+    assert found["missing_description"]["count"] == len(indexed - set(DESCRIPTIONS))
+    c = found["canonical"]
+    assert (c["pages"], c["bad"]) == (1, 1)  # quartz's canonical is itself: not counted
+    assert c["top"] == [{"url": base + "/mica.html", "canonical": base + "/lost.html",
+                         "status": 404, "problem": "error"}]
+    nd = found["near_duplicates"]
+    assert (nd["groups"], nd["pages"]) == (1, 2) and set(nd["top"][0]["urls"]) == twins
+    out = tmp_path / "report.html"
+    done = run_cli(["python", "-m", "crawler", "report", str(data), "--out", str(out),
+                    "--quiet"])
+    assert done.returncode == 0, done.stderr
+    page = out.read_text()
+    assert '<section id="site">' in page and "rocks and minerals" in page
+    assert f"{base}/lost.html" in page
