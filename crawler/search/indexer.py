@@ -128,6 +128,9 @@ def document(page: PageRecord, text: PageText, anchors: str) -> tantivy.Document
                         ("body", text.text), ("anchors", anchors), ("lang", text.lang),
                         ("canonical", text.canonical)):
         doc.add_text(name, value)
+    stem = schema.stem_field(text.lang)
+    if stem is not None:
+        doc.add_text(stem, f"{text.title}\n{text.headings}\n{text.text}")
     doc.add_unsigned("simhash", text.simhash)  # (keyword arguments would make it i64)
     doc.add_float("fetched", float(page.fetched_at))
     return doc

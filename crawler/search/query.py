@@ -116,13 +116,15 @@ class Searcher:
 
     def __init__(self, data_dir: str, *, rank_weight: float = DEFAULT_RANK_WEIGHT,
                  fields: Sequence[str] = schema.QUERY_FIELDS,
-                 boosts: Mapping[str, float] | None = None) -> None:
+                 boosts: Mapping[str, float] | None = None, stemmed: bool = True) -> None:
         """``fields`` and ``boosts``: where a query's words are looked for and their
-        weights (crawler.search.schema's by default; tools/bench_search.py varies them)."""
+        weights (crawler.search.schema's by default; tools/bench_search.py varies them);
+        ``stemmed``: also in the stemmed fields (every language's, or ``lang``'s)."""
         self.data_dir = data_dir
         self.rank_weight = rank_weight
         self.fields = list(fields)
         self.boosts = {f: b for f, b in (boosts or schema.BOOSTS).items() if f in self.fields}
+        self.stemmed = stemmed
         count = crawl_count(data_dir)
         self.indexes: list[tuple[int, tantivy.Index]] = []
         for i in range(count):
@@ -154,8 +156,14 @@ class Searcher:
 
     def _parse(self, index: tantivy.Index, text: str, host: str | None,
                lang: str | None) -> tantivy.Query:
+        fields, boosts = list(self.fields), dict(self.boosts)
+        if self.stemmed:
+            stems = ([f] if lang and (f := schema.stem_field(lang.lower())) else
+                     [] if lang else [f"stem_{code}" for code in schema.STEMMERS])
+            fields += stems
+            boosts.update(dict.fromkeys(stems, schema.STEM_BOOST))
         try:
-            query = index.parse_query(text, self.fields, field_boosts=self.boosts,
+            query = index.parse_query(text, fields, field_boosts=boosts,
                                       conjunction_by_default=True)
         except ValueError as exc:
             message = " ".join(str(exc).split())

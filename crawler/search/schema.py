@@ -9,7 +9,8 @@ anchor text of the links pointing to that page), ``state.json`` and ``lock``.
 
 Fields. Text fields use tantivy's ``default`` analyzer (words split at non-letters and
 non-digits, lowercased, words over 40 bytes dropped): the same for every language, so a
-query finds a page in any of them (no stemming: see docs/SEARCH.md). ``key``, ``host``
+query finds a page in any of them by its exact words; the ``stem_<lang>`` fields add the
+page's language's stemmer where tantivy has one (STEMMERS). ``key``, ``host``
 and ``lang`` are exact terms (the ``raw`` tokenizer), for deletes and filters.
 """
 
@@ -19,7 +20,7 @@ import os
 
 import tantivy
 
-FORMAT = 2  # of the index directory: a different one is rebuilt, never read
+FORMAT = 3  # of the index directory: a different one is rebuilt, never read
 SEARCH_DIR = "search"
 TANTIVY_DIR = "tantivy"
 ANCHORS_DIR = "anchors"
@@ -32,6 +33,37 @@ LOCK = "lock"
 QUERY_FIELDS = ("title", "headings", "body", "anchors", "url", "description")
 BOOSTS = {"title": 5.0, "headings": 2.0, "body": 1.0, "anchors": 2.0, "url": 2.0,
           "description": 1.5}
+
+
+# Snowball stemmers tantivy has, by the language codes the detector gives. A page in one
+# of these languages has its title and main text indexed a second time, stemmed, in
+# ``stem_<code>`` (with the language's analyzer: "Häuser" is found by "Haus"); a query's
+# words are stemmed by each such field's analyzer as they are looked up there.
+STEMMERS = {"ar": "arabic", "da": "danish", "de": "german", "el": "greek", "en": "english",
+            "es": "spanish", "fi": "finnish", "fr": "french", "hu": "hungarian",
+            "it": "italian", "nl": "dutch", "no": "norwegian", "pt": "portuguese",
+            "ro": "romanian", "ru": "russian", "sv": "swedish", "ta": "tamil",
+            "tr": "turkish"}
+STEM_BOOST = 0.5  # a stemmed match counts half an exact one (the exact field scores too)
+
+
+def stem_field(lang: str) -> str | None:
+    """The stemmed field of a language code, or None if tantivy has no stemmer for it."""
+    return f"stem_{lang}" if lang in STEMMERS else None
+
+
+def _analyzer(language: str) -> tantivy.TextAnalyzer:
+    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.remove_long(40)).filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.stemmer(language)).build())
+
+
+def _register(index: tantivy.Index) -> tantivy.Index:
+    """The stemming analyzers, which tantivy keeps in memory only: registered at every
+    open, before any document is written or query parsed."""
+    for code, language in STEMMERS.items():
+        index.register_tokenizer(f"stem_{code}", _analyzer(language))
+    return index
 
 
 def build_schema() -> tantivy.Schema:
@@ -48,6 +80,8 @@ def build_schema() -> tantivy.Schema:
     sb.add_text_field("canonical", stored=True, tokenizer_name="raw", index_option="basic")
     sb.add_unsigned_field("simhash", stored=True, fast=True)
     sb.add_float_field("fetched", stored=True)
+    for code in STEMMERS:
+        sb.add_text_field(f"stem_{code}", tokenizer_name=f"stem_{code}")
     return sb.build()
 
 
@@ -60,12 +94,12 @@ def open_index(directory: str, *, create: bool) -> tantivy.Index | None:
     ``create`` is false."""
     path = os.path.join(directory, TANTIVY_DIR)
     if os.path.isdir(path) and tantivy.Index.exists(path):
-        return tantivy.Index.open(path)
+        return _register(tantivy.Index.open(path))
     if not create:
         return None
     os.makedirs(path, exist_ok=True)
-    return tantivy.Index(build_schema(), path=path)
+    return _register(tantivy.Index(build_schema(), path=path))
 
 
 __all__ = ["ANCHORS_DIR", "BOOSTS", "FORMAT", "LOCK", "QUERY_FIELDS", "SEARCH_DIR", "STATE",
-           "build_schema", "open_index", "search_dir"]
+           "STEMMERS", "STEM_BOOST", "build_schema", "open_index", "search_dir", "stem_field"]
