@@ -44,6 +44,9 @@ def add_parsers(sub: Any) -> None:
                        "default 64M, at least 16M): what bounds the run's memory")
     index.add_argument("--batch", type=count(1, MAX_COUNT), default=DEFAULT_BATCH,
                        metavar="N", help="pages a commit (what a kill can lose)")
+    index.add_argument("--workers", type=count(0, 1024), default=0, metavar="N",
+                       help="processes reading pages (default 0: one a CPU this process "
+                       "may use)")
     index.add_argument("--text-limit", type=count(1, 10_000_000), default=DEFAULT_TEXT_LIMIT,
                        metavar="CHARS", help="main text indexed a page")
     index.add_argument("--json", action="store_true", help="the summary as one JSON object")
@@ -82,6 +85,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         with Progress(quiet=args.quiet, interval=args.progress_interval) as progress:
             stats = index_crawl(args.data, batch=args.batch, memory=args.memory,
                                 rebuild=args.rebuild, text_limit=args.text_limit,
+                                workers=args.workers,
                                 progress=progress.phase("index"))
     except OSError as exc:
         raise CrawlerError(write_error("cannot write the search index", exc)) from exc

@@ -7,10 +7,11 @@ For each shard, MainDB's snapshot of (key, record version) (``Store.versions()``
 memory) is compared with what the index has read (crawler.search.versions): only the
 records written since are read. Then three phases:
 
-1. *Read.* Each changed record is read (in file order) and, when it is an indexable
-   page (status 200, not ``noindex``, a text body), read by crawler.read.pagetext.
-   The document is spilled to a temporary file; each of its links with text becomes a
-   line ``target key, text`` in a sorter of the shard that owns the target's host.
+1. *Read* (crawler.search.reading, in worker processes). Each changed record is read
+   (in file order) and, when it is an indexable page (status 200, not ``noindex``, a
+   text body), read by crawler.read.pagetext. The document is spilled to a temporary
+   file; each of its links with text becomes a line ``target key, text`` in a sorter
+   of the shard that owns the target's host.
 2. *Anchors.* Each shard's lines come out grouped by target and are added to the
    shard's anchor store (url_key -> the distinct texts, at most
    :data:`MAX_ANCHOR_BYTES`). A page whose anchor text now differs from the text it was
@@ -40,27 +41,24 @@ import fcntl
 import hashlib
 import logging
 import os
-import pickle
 import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import tantivy
 
 import kvstore
 
-from ..exceptions import DataDirError, URLError
+from ..exceptions import DataDirError
 from ..read._linesort import LineSorter
 from ..read.listing import CrawlReader
-from ..read.pagetext import DEFAULT_TEXT_LIMIT, PageText, page_text
+from ..read.pagetext import DEFAULT_TEXT_LIMIT, PageText
 from ..state.jsonfile import read_json, write_json
-from ..state.pages import NOFOLLOW, PageRecord
-from ..state.shards import owner
-from ..web.urls import host_of, normalize, url_key
+from ..web.urls import host_of, url_key
 from . import schema
+from .reading import CHUNK, Part, default_workers, indexable, run_tasks, spilled, tasks
 from .versions import GONE, Versions
 
 log = logging.getLogger(__name__)
@@ -120,19 +118,19 @@ def merge_anchor_text(old: str, new: list[str]) -> str:
     return SEPARATOR.join(out)
 
 
-def document(page: PageRecord, text: PageText, anchors: str) -> tantivy.Document:
+def document(url: str, fetched_at: float, text: PageText, anchors: str) -> tantivy.Document:
     doc = tantivy.Document()
-    for name, value in (("key", url_key(page.url).hex()), ("url", page.url),
-                        ("host", host_of(page.url)), ("title", text.title),
-                        ("description", text.description), ("headings", text.headings),
-                        ("body", text.text), ("anchors", anchors), ("lang", text.lang),
+    for name, value in (("key", url_key(url).hex()), ("url", url), ("host", host_of(url)),
+                        ("title", text.title), ("description", text.description),
+                        ("headings", text.headings), ("body", text.text),
+                        ("anchors", anchors), ("lang", text.lang),
                         ("canonical", text.canonical)):
         doc.add_text(name, value)
     stem = schema.stem_field(text.lang)
     if stem is not None:
         doc.add_text(stem, f"{text.title}\n{text.headings}\n{text.text}")
     doc.add_unsigned("simhash", text.simhash)  # (keyword arguments would make it i64)
-    doc.add_float("fetched", float(page.fetched_at))
+    doc.add_float("fetched", float(fetched_at))
     return doc
 
 
@@ -184,8 +182,7 @@ class ShardIndex:
         self.index: tantivy.Index = index
         self.anchors = kvstore.open(os.path.join(self.dir, schema.ANCHORS_DIR))
         self.sorter = LineSorter(self.tmp, buffer_bytes=SORT_BUFFER)
-        self.spill_path = os.path.join(self.tmp, "documents")
-        self.spill: Any = None
+        self.documents: list[str] = []  # phase 1's files, in order
         self.reanchor: list[bytes] = []
 
     def _wipe(self) -> None:
@@ -202,8 +199,6 @@ class ShardIndex:
         return "" if value is None else value.decode("utf-8")
 
     def close(self) -> None:
-        if self.spill is not None:
-            self.spill.close()
         self.anchors.close()
         self.versions.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -212,9 +207,11 @@ class ShardIndex:
 
 def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFAULT_MEMORY,
                 rebuild: bool = False, text_limit: int = DEFAULT_TEXT_LIMIT,
+                workers: int = 0, chunk: int = CHUNK,
                 progress: Progress | None = None) -> IndexStats:
     """Bring the search index of the crawl in ``data_dir`` up to date (see the module
-    docstring); returns what was done."""
+    docstring); returns what was done. ``workers``: processes reading pages (0: one a
+    CPU this process may run on); ``chunk``: records a worker's task."""
     started = time.monotonic()
     stats = IndexStats()
     with CrawlReader(data_dir) as reader:
@@ -232,10 +229,8 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
                 log.info("shard %d: %s records to read, %s gone%s", s.shard,
                          f"{len(s.todo_keys):,}", f"{len(s.gone):,}",
                          " (rebuilding)" if s.rebuilt else "")
-            done = 0
-            for s in live:  # 1. read
-                done = _read_shard(reader, s, shards, count, stats, text_limit, progress,
-                                   done, total)
+            pooled_skips = _read(reader, live, count, stats, text_limit,
+                                 workers or default_workers(), chunk, progress, total)
             for s in live:  # 2. anchors
                 _merge_anchors(s)
             for s in live:  # 3. write
@@ -245,55 +240,40 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
             for shard in shards:
                 if shard is not None:
                     shard.close()
-        stats.skipped = reader.skipped
+        stats.skipped = reader.skipped + pooled_skips
     stats.seconds = time.monotonic() - started
     log.info("%s", stats.summary())
     return stats
 
 
-def _read_shard(reader: CrawlReader, s: ShardIndex, shards: list[ShardIndex | None],
-                count: int, stats: IndexStats, text_limit: int, progress: Progress | None,
-                done: int, total: int) -> int:
-    with open(s.spill_path, "wb") as spill:
-        for key_v, ver in zip(s.todo_keys.tolist(), s.todo_vers.tolist(), strict=True):
-            key = bytes(key_v)
-            page = reader.load(s.shard, key)
-            stats.read += 1
-            text = None if page is None else _indexable(page, text_limit)
-            pickle.dump((key, ver, page if text is not None else None, text), spill,
-                        protocol=pickle.HIGHEST_PROTOCOL)
-            if page is not None and text is not None:
-                _route_links(page, text, shards, count)
-            done += 1
-            if progress is not None and (done % 256 == 0 or done == total):
-                progress(done, total)
-    return done
+def _read(reader: CrawlReader, live: list[ShardIndex], count: int, stats: IndexStats,
+          text_limit: int, workers: int, chunk: int, progress: Progress | None,
+          total: int) -> int:
+    """Phase 1 (crawler.search.reading) for every shard; the damaged records the worker
+    processes skipped (the reader counts its own)."""
+    owners = frozenset(s.shard for s in live)
+    by_shard = {s.shard: s for s in live}
+    todo = [t for s in live for t in tasks(s.shard, s.todo_keys, s.todo_vers, s.tmp, count,
+                                           owners, text_limit, chunk)]
+    done = 0
 
+    def finished(part: Part) -> None:
+        nonlocal done
+        done += part.read
+        if progress is not None:
+            progress(done, total)
 
-def _indexable(page: PageRecord, text_limit: int) -> PageText | None:
-    if page.status != 200 or page.noindex or not page.body:
-        return None  # (a revisit's record carries the earlier fetch's body: indexed)
-    text = page_text(page, text_limit=text_limit)
-    if text is None or not (text.text or text.title):
-        return None
-    return text
-
-
-def _route_links(page: PageRecord, text: PageText, shards: list[ShardIndex | None],
-                 count: int) -> None:
-    own = url_key(page.url)
-    # rel=nofollow (or a page-wide nofollow): the record's link flags say (its first
-    # flag, as the crawler followed it); such links vouch for nothing
-    nofollow = {key for key, flags in page.link_list() if flags & NOFOLLOW}
-    for href, words in text.links:
-        try:
-            target = normalize(href)
-        except URLError:
-            continue  # another scheme, a bad host, too long: not a page of a crawl
-        key = url_key(target)
-        dest = shards[owner(host_of(target), count)]
-        if key != own and key not in nofollow and dest is not None:
-            dest.sorter.add(key.hex().encode("ascii") + b"\t" + words.encode("utf-8") + b"\n")
+    parts, pooled = run_tasks(todo, reader, workers, finished)
+    for task, part in zip(todo, parts, strict=True):
+        stats.read += part.read
+        by_shard[task.shard].documents.append(part.documents)
+        for dest, path in part.lines.items():
+            sorter = by_shard[dest].sorter
+            with open(path, "rb") as f:
+                for line in f:
+                    sorter.add(line)
+            os.remove(path)
+    return sum(p.skipped for p in parts) if pooled else 0
 
 
 def _merge_anchors(s: ShardIndex) -> None:
@@ -328,27 +308,19 @@ def _grouped(lines: Iterator[bytes]) -> Iterator[tuple[bytes, list[str]]]:
         yield bytes.fromhex(key.decode("ascii")), texts
 
 
-def _spilled(path: str) -> Iterator[tuple[bytes, int, PageRecord | None, PageText | None]]:
-    with open(path, "rb") as f:
-        while True:
-            try:
-                yield pickle.load(f)  # noqa: S301 (our own file, written above)
-            except EOFError:
-                return
-
-
 def _write_shard(reader: CrawlReader, s: ShardIndex, stats: IndexStats, batch: int,
                  memory: int, text_limit: int) -> None:
     writer = s.index.writer(heap_size=memory, num_threads=1)
     entries: list[tuple[bytes, int, int]] = []
     current: dict[bytes, int] = {}
 
-    def put(key: bytes, ver: int, page: PageRecord | None, text: PageText | None) -> None:
+    def put(key: bytes, ver: int, url: str | None, fetched: float,
+            text: PageText | None) -> None:
         writer.delete_documents_by_term("key", key.hex())
-        if page is not None and text is not None:
+        if url is not None and text is not None:
             anchors = s.anchor_text(key)
             ahash = anchor_hash(anchors)
-            writer.add_document(document(page, text, anchors))
+            writer.add_document(document(url, fetched, text, anchors))
             stats.indexed += 1
         else:
             ahash = NO_DOCUMENT
@@ -370,13 +342,14 @@ def _write_shard(reader: CrawlReader, s: ShardIndex, stats: IndexStats, batch: i
         current = dict(zip(s.reanchor, s.vers[order][pos].tolist(), strict=True))
     for key in s.reanchor:  # first: see the module docstring
         page = reader.load(s.shard, key)
-        text = None if page is None else _indexable(page, text_limit)
+        text = None if page is None else indexable(page, text_limit)
         stats.reanchored += text is not None
-        put(key, current[key], page, text)
-    for key, ver, page, text in _spilled(s.spill_path):
-        put(key, ver, page, text)
+        put(key, current[key], page.url if page is not None else None,
+            page.fetched_at if page is not None else 0.0, text)
+    for key, ver, url, fetched, text in spilled(s.documents):
+        put(key, ver, url, fetched, text)
     for key_v in s.gone.tolist():
-        put(bytes(key_v), GONE, None, None)
+        put(bytes(key_v), GONE, None, 0.0, None)
     commit()
     s.versions.checkpoint()
     writer.wait_merging_threads()

@@ -141,6 +141,16 @@ def test_kill_during_index_then_index_again_equals_a_clean_build(
     assert results(killed) == results(clean)
 
 
+def test_worker_processes_build_the_same_index(crawled: Path, tmp_path: Path) -> None:
+    pooled, alone = tmp_path / "pooled", tmp_path / "alone"
+    for d in (pooled, alone):
+        shutil.copytree(crawled, d, ignore=shutil.ignore_patterns("search"))
+    a = index_crawl(str(pooled), workers=2, chunk=37)  # ~12 tasks over two processes
+    b = index_crawl(str(alone), workers=1)
+    assert (a.read, a.indexed, a.documents) == (b.read, b.indexed, b.documents)
+    assert documents(pooled) == documents(alone) and anchors(pooled) == anchors(alone)
+
+
 def test_a_second_run_at_once_is_refused(crawled: Path, tmp_path: Path) -> None:
     data = tmp_path / "c"
     shutil.copytree(crawled, data, ignore=shutil.ignore_patterns("search"))
