@@ -8,7 +8,7 @@ import logging
 import sys
 from typing import Any
 
-from ..config import MAX_COUNT, MAX_SECONDS
+from ..config import MAX_BODY_BYTES, MAX_COUNT, MAX_SECONDS
 from ..exceptions import CrawlerError
 from ..read.display import printable
 from ..read.pagetext import DEFAULT_TEXT_LIMIT
@@ -47,7 +47,7 @@ def add_parsers(sub: Any) -> None:
     index.add_argument("--workers", type=count(0, 1024), default=0, metavar="N",
                        help="processes reading pages (default 0: one a CPU this process "
                        "may use)")
-    index.add_argument("--text-limit", type=count(1, 10_000_000), default=DEFAULT_TEXT_LIMIT,
+    index.add_argument("--text-limit", type=count(1, MAX_BODY_BYTES), default=DEFAULT_TEXT_LIMIT,
                        metavar="CHARS", help="main text indexed a page")
     index.add_argument("--json", action="store_true", help="the summary as one JSON object")
     index.add_argument("--progress-interval", type=number(0, MAX_SECONDS),

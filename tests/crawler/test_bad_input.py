@@ -219,6 +219,15 @@ OTHER_RANGES = [
     (["serve", "d", "--refresh", "0"], "--refresh"),
     (["serve", "d", "--refresh", "86401"], "--refresh"),
     (["serve", "d", "--port", "65536"], "--port"),
+    (["index", "d", "--memory", "15M"], "--memory"),
+    (["index", "d", "--batch", "0"], "--batch"),
+    (["index", "d", "--workers", "1025"], "--workers"),
+    (["index", "d", "--text-limit", "0"], "--text-limit"),
+    (["index", "d", "--progress-interval", "nan"], "--progress-interval"),
+    (["search", "d", "q", "--limit", "0"], "--limit"),
+    (["search", "d", "q", "--limit", "1001"], "--limit"),
+    (["search", "d", "q", "--rank-weight", "nan"], "--rank-weight"),
+    (["search", "d", "q", "--rank-weight", "-1"], "--rank-weight"),
     (["recrawl", "d", "--older-than", "3651d"], "--older-than"),
     (["recrawl", "d", "--older-than", "nan"], "--older-than"),
 ]
@@ -322,6 +331,8 @@ def every_command(data: Path, url: str, out: Path) -> dict[str, list[str]]:
         "retry": ["retry", d],
         "recrawl": ["recrawl", d, "--older-than", "0"],
         "sitemaps": ["sitemaps", d],
+        "index": ["index", d, "--quiet"],
+        "search": ["search", d, "granite"],
     }
 
 
