@@ -173,6 +173,12 @@ class Frontier:
         self.max_queued = max_queued  # None: unbounded (single-threaded users, benchmarks)
         self._uncommitted = 0  # outcomes queued or in the batch being written
         self._seeds: list[tuple[bytes, Pending]] = []
+        # A commit holds what it took from the queues (outcomes, seeds, links received)
+        # until their bulks are claimable: idle() is false meanwhile (set and read under
+        # _qlock). Without it, idle() saw empty queues and no claims in the window
+        # between a commit's swap and its bulks reaching _unclaimed, and a crawl ended
+        # "complete" with its seed, or a page's links, never claimed.
+        self._committing = False
         self._counter = 0
         self.syncer = Syncer(sync_interval, self._sync_stores, self._compact)
         self.compact_bytes = compact_bytes
@@ -324,6 +330,16 @@ class Frontier:
             batch, self._queue = self._queue, []
             seeds, self._seeds = self._seeds, []
             received, self._received = self._received, []
+            self._committing = bool(batch or seeds or received)
+        try:
+            return self._commit_taken(batch, seeds, received)
+        finally:
+            with self._qlock:
+                self._committing = False
+
+    def _commit_taken(self, batch: list[Outcome], seeds: list[tuple[bytes, Pending]],
+                      received: list[tuple[list[tuple[bytes, Pending]], threading.Event]]
+                      ) -> int:
         with self._lock:
             finished, self._finished = self._finished, []
         due_keys, due_records, due_entries = self._due()
@@ -471,7 +487,7 @@ class Frontier:
     def idle(self) -> bool:
         """Nothing pending, claimed, queued or unwritten: the crawl is complete."""
         with self._qlock:
-            queued = bool(self._queue or self._seeds or self._received)
+            queued = bool(self._queue or self._seeds or self._received or self._committing)
         with self._lock:
             return (
                 not queued

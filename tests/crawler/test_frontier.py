@@ -123,6 +123,45 @@ def test_idle_only_when_nothing_is_pending_or_claimed(tmp_path: Path) -> None:
     f.close()
 
 
+class _Watched:
+    """A frontier's unclaimed-bulk set that asks ``idle()`` as each commit's new bulks
+    arrive: the last moment of the window in which they are not claimable yet."""
+
+    def __init__(self, inner: object, frontier: Frontier, seen: list[bool]) -> None:
+        self.inner, self.frontier, self.seen = inner, frontier, seen
+
+    def add_many(self, keys: object) -> None:
+        self.seen.append(self.frontier.idle())
+        self.inner.add_many(keys)  # type: ignore[attr-defined]
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.inner  # type: ignore[operator]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def test_never_idle_while_a_commit_holds_seeds_or_links(tmp_path: Path) -> None:
+    """Between a commit taking its batch and its bulks being claimable, the engine asks
+    idle() from another thread at any moment: a True there ended crawls "complete" with
+    the seed never fetched, or a page's links never claimed (its claim already gone)."""
+    f = Frontier(str(tmp_path))
+    seen: list[bool] = []
+    f._unclaimed = _Watched(f._unclaimed, f, seen)  # type: ignore[assignment]
+    f.add_seeds([Pending(u(1))])
+    f.commit()  # the seed
+    bulk = f.claim()
+    assert bulk is not None
+    f.submit(Outcome(bulk[0], page(bulk[0]), links=[link(2), link(3)]))
+    f.commit()  # the page and its links: its claim ends before the links' bulk arrives
+    assert seen == [False, False]
+    assert not f.idle() and len(claim_all(f)) == 2
+    f.close()
+
+
 def test_admission_is_exact_whatever_the_recent_keys_cache_holds(tmp_path: Path) -> None:
     """A tiny cache rotates generations every few keys: each URL is still admitted once,
     against the stores, across commits, claims and completions (a random workload)."""
