@@ -63,9 +63,11 @@ class PageText:
     lang: str = ""  # detected ("en", "de"...), else the page's <html lang>, else ""
     canonical: str = ""  # <link rel=canonical>'s target, absolute
     simhash: int = 0
-    # (absolute URL, its text) of the links with text; rel=nofollow is in the page
-    # record's links (crawler.state.pages), which the indexer checks
+    # (href as written, its text) of the links with text, each pair once, resolved
+    # against ``base``; rel=nofollow is in the page record's links (crawler.state.pages),
+    # which the indexer checks
     links: list[tuple[str, str]] = field(default_factory=list)
+    base: str = ""  # what the links resolve against: <base href>, else the page's URL
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -138,16 +140,16 @@ def read_html(html: str, url: str, *, text_limit: int = DEFAULT_TEXT_LIMIT) -> P
                                  list_bullets=False, alt_texts=False)
     out.headings = _one_line(" ".join(
         unescape(_TAG.sub("", h)) for h in _HEADING.findall(outline)), MAX_HEADINGS)
+    out.base = base
+    seen: set[tuple[str, str]] = set()
     for href, inner in _LINK.findall(outline):
-        if len(out.links) >= MAX_LINKS:
+        if len(seen) >= MAX_LINKS:
             break
-        href, text = unescape(href).strip(), _one_line(unescape(_TAG.sub("", inner)),
-                                                       MAX_ANCHOR_TEXT)
-        if href and text:
-            try:
-                out.links.append((urljoin(base, href), text))
-            except ValueError:  # a bad href (an unclosed IPv6 bracket): not a link
-                continue
+        pair = (unescape(href).strip(), _one_line(unescape(_TAG.sub("", inner)),
+                                                  MAX_ANCHOR_TEXT))
+        if pair[0] and pair[1] and pair not in seen:  # a menu repeated: read once
+            seen.add(pair)
+            out.links.append(pair)
     main = extract_plain_text(tree, main_content=True, alt_texts=False, list_bullets=False)
     if not main.strip():
         main = extract_plain_text(tree, alt_texts=False, list_bullets=False)

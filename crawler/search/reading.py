@@ -80,13 +80,14 @@ def anchor_lines(page: PageRecord, text: PageText, count: int,
     # rel=nofollow (or a page-wide nofollow): the record's link flags say (its first
     # flag, as the crawler followed it); such links vouch for nothing
     nofollow = {key for key, flags in page.link_list() if flags & NOFOLLOW}
+    base = text.base or page.final_url or page.url
     for href, words in text.links:
         try:
-            target = normalize(href)
+            target = normalize(href, base)
         except URLError:
             continue  # another scheme, a bad host, too long: not a page of a crawl
         key = url_key(target)
-        dest = owner(host_of(target), count)
+        dest = owner(host_of(target), count) if count > 1 else 0
         if key != own and key not in nofollow and dest in live:
             yield dest, key.hex().encode("ascii") + b"\t" + words.encode("utf-8") + b"\n"
 
