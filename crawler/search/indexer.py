@@ -162,7 +162,9 @@ class ShardIndex:
         state = read_json(state_path, "search index state") if os.path.exists(state_path) else None
         self.rebuilt = (rebuild or not isinstance(state, dict)
                         or state.get("format") != schema.FORMAT
-                        or state.get("generation") != self.generation)
+                        or state.get("generation") != self.generation
+                        # its versions without the index they describe: start again
+                        or not schema.index_exists(self.dir))
         if self.rebuilt:
             self._wipe()
             # said at once, so a run killed later resumes this build, not a new one

@@ -20,6 +20,8 @@ import os
 
 import tantivy
 
+from ..exceptions import DataDirError
+
 FORMAT = 3  # of the index directory: a different one is rebuilt, never read
 SEARCH_DIR = "search"
 TANTIVY_DIR = "tantivy"
@@ -90,12 +92,23 @@ def search_dir(shard_dir: str) -> str:
     return os.path.join(shard_dir, SEARCH_DIR)
 
 
+def index_exists(directory: str) -> bool:
+    """Whether a shard's search directory holds a tantivy index (its meta.json)."""
+    path = os.path.join(directory, TANTIVY_DIR)
+    return os.path.isdir(path) and bool(tantivy.Index.exists(path))
+
+
 def open_index(directory: str, *, create: bool) -> tantivy.Index | None:
     """The tantivy index of a shard's search directory; None if there is none and
     ``create`` is false."""
     path = os.path.join(directory, TANTIVY_DIR)
-    if os.path.isdir(path) and tantivy.Index.exists(path):
-        return _register(tantivy.Index.open(path))
+    if index_exists(directory):
+        try:
+            return _register(tantivy.Index.open(path))
+        except (ValueError, OSError) as exc:  # a file of it cut, removed, not tantivy's
+            message = " ".join(str(exc).split())[:300]
+            raise DataDirError(f"{path}: the search index is damaged ({message}); rebuild "
+                               "it: python -m crawler index DIR --rebuild") from None
     if not create:
         return None
     os.makedirs(path, exist_ok=True)
@@ -103,4 +116,5 @@ def open_index(directory: str, *, create: bool) -> tantivy.Index | None:
 
 
 __all__ = ["ANCHORS_DIR", "BOOSTS", "FORMAT", "LOCK", "QUERY_FIELDS", "SEARCH_DIR", "STATE",
-           "STEMMERS", "STEM_BOOST", "build_schema", "open_index", "search_dir", "stem_field"]
+           "STEMMERS", "STEM_BOOST", "build_schema", "index_exists", "open_index", "search_dir",
+           "stem_field"]

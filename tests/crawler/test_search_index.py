@@ -164,6 +164,29 @@ def test_a_second_run_at_once_is_refused(crawled: Path, tmp_path: Path) -> None:
     assert index_crawl(str(data)).indexed > 300  # the lock is gone with its holder
 
 
+def test_a_damaged_index_is_one_line_and_rebuild_repairs_it(crawled: Path,
+                                                            tmp_path: Path) -> None:
+    data = tmp_path / "c"
+    shutil.copytree(crawled, data, ignore=shutil.ignore_patterns("search"))
+    want = index_crawl(str(data)).documents
+    tantivy_dir = Path(schema.search_dir(str(data))) / "tantivy"
+    segment = max(tantivy_dir.glob("*.idx"), key=lambda p: p.stat().st_size)
+    with open(segment, "r+b") as f:
+        f.truncate(100)
+    for argv in (["search", str(data), "lunaka"], ["index", str(data)]):
+        done = run_cli(["python", "-m", "crawler", *argv])
+        assert done.returncode == 1, done
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "the search index is damaged" in lines[0], lines
+        assert "index DIR --rebuild" in lines[0]
+    again = run_cli(["python", "-m", "crawler", "index", str(data), "--rebuild", "--quiet"])
+    assert again.returncode == 0, again.stderr
+    assert len(documents(data)) == want and results(data)["lunaka"]
+    # the index files alone removed: the versions describe nothing, so it starts again
+    shutil.rmtree(tantivy_dir)
+    assert index_crawl(str(data)).documents == want
+
+
 def test_a_compacted_maindb_is_indexed_again_from_nothing(crawled: Path,
                                                           tmp_path: Path) -> None:
     data = tmp_path / "c"
