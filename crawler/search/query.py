@@ -32,7 +32,6 @@ Thread safety: a Searcher is for one thread.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -239,12 +238,5 @@ class Searcher:
                 hit.snippet = body[:SNIPPET_CHARS]
 
 
-def searchable(data_dir: str) -> bool:
-    """Whether the crawl in ``data_dir`` has a search index (any shard)."""
-    count = crawl_count(data_dir)
-    return any(os.path.isdir(os.path.join(schema.search_dir(shard_dir(data_dir, i, count)),
-                                          schema.TANTIVY_DIR)) for i in range(count))
-
-
 __all__ = ["DEFAULT_LIMIT", "DEFAULT_RANK_WEIGHT", "Hit", "QueryError", "Results",
-           "Searcher", "check_query", "searchable"]
+           "Searcher", "check_query"]
