@@ -142,11 +142,11 @@ def read_html(html: str, url: str, *, text_limit: int = DEFAULT_TEXT_LIMIT) -> P
         unescape(_TAG.sub("", h)) for h in _HEADING.findall(outline)), MAX_HEADINGS)
     out.base = base
     seen: set[tuple[str, str]] = set()
-    for href, inner in _LINK.findall(outline):
+    for m in _LINK.finditer(outline):  # (a page of a million links: read up to the cap)
         if len(seen) >= MAX_LINKS:
             break
-        pair = (unescape(href).strip(), _one_line(unescape(_TAG.sub("", inner)),
-                                                  MAX_ANCHOR_TEXT))
+        pair = (unescape(m.group(1)).strip(), _one_line(unescape(_TAG.sub("", m.group(2))),
+                                                        MAX_ANCHOR_TEXT))
         if pair[0] and pair[1] and pair not in seen:  # a menu repeated: read once
             seen.add(pair)
             out.links.append(pair)
@@ -232,8 +232,9 @@ def outline_markdown(outline: str, base: str) -> str:
             out.append("\\\n" if tag == "br" else "\n")
         elif tag == "a" and not closing:
             drop_link()
+            written = unescape(href or "").strip()  # "": an <a> with no href, too
             try:
-                link = urljoin(base, unescape(href or "").strip())
+                link = urljoin(base, written) if written else ""
             except ValueError:  # a bad href: its text stays, without a link
                 link = ""
             opened = len(out)
