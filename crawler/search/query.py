@@ -138,7 +138,8 @@ class Searcher:
             raise DataDirError(f"{data_dir}: no search index; make one with: python -m "
                                f"crawler index {data_dir}")
         self.ranks = RankStore.open(data_dir)
-        self.ranked = self.ranks.meta["records"] if self.ranks is not None else 0
+        # N: the pages the last rank run ranked (their PageRanks sum to 1)
+        self.ranked = int(self.ranks.graph["fetched"]) if self.ranks is not None else 0
 
     def close(self) -> None:
         if self.ranks is not None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
+import shutil
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -17,6 +19,7 @@ import pytest
 from crawl_helpers import META_PATHS, Answer, Hit, LocalServer, run_cli, run_crawl
 from test_report import chromium
 
+from crawler.read.rankstore import RankStore
 from crawler.read.serve import ReportServer
 from crawler.search.indexer import index_crawl
 from crawler.search.page import search_page
@@ -404,3 +407,22 @@ def test_words_are_found_by_their_stem_in_the_page_language(rocks: tuple[Path, s
     with Searcher(str(data)) as s:  # the exact word scores above its stem alone
         hits = s.search("crawling").hits
         assert [h.url for h in hits] == [base + "/english.html"] and hits[0].lang == "en"
+
+
+def test_pagerank_is_blended_as_documented(rocks: tuple[Path, str], tmp_path: Path) -> None:
+    data = tmp_path / "ranked"
+    shutil.copytree(rocks[0], data)
+    done = run_cli(["python", "-m", "crawler", "rank", str(data), "--quiet"])
+    assert done.returncode == 0, done.stderr
+    with RankStore(str(data)) as ranks:
+        n = ranks.graph["fetched"]
+        pagerank = {url: ranks.get(url_key(url)) for url in found(data, "granite")}
+    assert n > 5 and all(r is not None for r in pagerank.values())
+    for weight in (0.0, 0.1, 3.0):
+        with Searcher(str(data), rank_weight=weight) as s:
+            hits = s.search("granite", limit=20).hits
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        for h in hits:
+            raw = pagerank[h.url].raw  # type: ignore[union-attr]
+            assert h.pagerank == raw
+            assert h.score == pytest.approx(h.bm25 * (1 + weight * math.log2(1 + n * raw)))
