@@ -25,18 +25,21 @@ Thread safety: one computation per thread; it opens its own readers.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 import tantivy
 
-from ..exceptions import URLError
+from ..exceptions import CrawlerError, URLError
 from ..read.listing import CrawlReader
 from ..read.simhash import near
 from ..state.shards import crawl_count, shard_dir
 from ..web.urls import normalize
 from . import schema
+
+log = logging.getLogger(__name__)
 
 MAX_BUCKET = 200
 BANDS = 4
@@ -206,8 +209,13 @@ def site_checks(data_dir: str, *, limit: int = 20, per_group: int = 5) -> dict[s
 
 
 def add_site_checks(data_dir: str, report: dict[str, Any], *, limit: int = 20) -> None:
-    """Put the findings into a computed report (as ``site``), when there is an index."""
-    found = site_checks(data_dir, limit=limit)
+    """Put the findings into a computed report (as ``site``), when there is an index. A
+    damaged index costs the report this section (with a warning), not the report."""
+    try:
+        found = site_checks(data_dir, limit=limit)
+    except (CrawlerError, OSError, ValueError) as exc:
+        log.warning("the report's site section is left out: %s", exc)
+        return
     if found is not None:
         report["site"] = found
 

@@ -5,6 +5,7 @@ kvstore's ``versions()`` that incremental indexing stands on."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -179,6 +180,11 @@ def test_a_damaged_index_is_one_line_and_rebuild_repairs_it(crawled: Path,
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "the search index is damaged" in lines[0], lines
         assert "index DIR --rebuild" in lines[0]
+    report = run_cli(["python", "-m", "crawler", "report", str(data), "--format", "json",
+                      "--quiet"])  # the report goes on without its site section
+    assert report.returncode == 0, report.stderr
+    assert "site" not in json.loads(report.stdout)
+    assert "the report's site section is left out" in report.stderr
     again = run_cli(["python", "-m", "crawler", "index", str(data), "--rebuild", "--quiet"])
     assert again.returncode == 0, again.stderr
     assert len(documents(data)) == want and results(data)["lunaka"]
