@@ -92,15 +92,25 @@ def detect_language(text: str, declared: str = "") -> str:
     return primary if primary.isalpha() and len(primary) <= 3 else ""
 
 
-def page_text(page: PageRecord, *, text_limit: int = DEFAULT_TEXT_LIMIT) -> PageText | None:
-    """What the index reads from ``page``; None for a page with no text to index (no
-    body, a binary body)."""
+def _decoded(page: PageRecord) -> tuple[str, bool] | None:
+    """(the first MAX_PARSE_BYTES characters of the body, decoded by its charset, NULs
+    replaced; whether it is HTML), or None for no body or one that is not text."""
     body = page.body
     if not body or not _textual(page.content_type, body):
         return None
     decoded = body.decode(sniff_charset(page.content_type, body), "replace")
-    decoded = decoded[:MAX_PARSE_BYTES].replace("\0", "\ufffd")
-    if not is_html(page.content_type, body[:512]):
+    return (decoded[:MAX_PARSE_BYTES].replace("\0", "\ufffd"),
+            is_html(page.content_type, body[:512]))
+
+
+def page_text(page: PageRecord, *, text_limit: int = DEFAULT_TEXT_LIMIT) -> PageText | None:
+    """What the index reads from ``page``; None for a page with no text to index (no
+    body, a binary body)."""
+    body = _decoded(page)
+    if body is None:
+        return None
+    decoded, html = body
+    if not html:
         text = _one_line(decoded, text_limit)
         return PageText(text=text, lang=detect_language(text), simhash=simhash(text))
     return read_html(decoded, page.final_url or page.url, text_limit=text_limit)
@@ -256,12 +266,11 @@ def outline_markdown(outline: str, base: str) -> str:
 def page_markdown(page: PageRecord) -> str | None:
     """The main content of a stored HTML page as Markdown; None for a page with no text
     body (a text body that is not HTML is its text, as one paragraph)."""
-    body = page.body
-    if not body or not _textual(page.content_type, body):
+    body = _decoded(page)
+    if body is None:
         return None
-    decoded = body.decode(sniff_charset(page.content_type, body), "replace")
-    decoded = decoded[:MAX_PARSE_BYTES].replace("\0", "\ufffd")
-    if not is_html(page.content_type, body[:512]):
+    decoded, html = body
+    if not html:
         return _md_text(decoded, True) + "\n"
     tree = HTMLTree.parse(decoded)
     outline = extract_plain_text(tree, preserve_formatting="minimal_html", main_content=True,
