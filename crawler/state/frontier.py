@@ -71,6 +71,7 @@ from .outbox import Outbox
 from .pages import Pending, decode_bulk, encode_bulk
 from .shards import Router
 from .syncer import Syncer, compact_if_wasted
+from .tally import Keeper
 
 __all__ = [
     "DEFAULT_BULK_SIZE",
@@ -203,6 +204,8 @@ class Frontier:
             (self.main, self.pend_set, self.processing),
             recent_keys=recent_keys,
         )
+        # status's numbers, kept per commit (crawler.state.tally)
+        self.tally = Keeper(data_dir, self.main, self.pend, len(self.pend_set))
 
     def _rebuild(self) -> None:
         """PendSet and the unclaimed bulks from the live PendDB bulks (after any stop)."""
@@ -358,6 +361,7 @@ class Frontier:
                 candidates, stored_at, self.main, route, self.expand
             )
         entries, new_keys = self._admission.dedup(candidates)
+        self.tally.admitted(len(new_keys))
         self.depths.admit(new_keys, entries)
         requeued = [o for o in batch if o.record is None]
         entries += [o.requeue or o.claimed.entry for o in requeued] + due_entries
@@ -387,6 +391,7 @@ class Frontier:
             if self.due is not None:  # logged before the records are in MainDB
                 self.due.note(list(rewrites), list(rewrites.values()))
                 self.due.write()
+            self.tally.records(self.main, list(rewrites), list(rewrites.values()))
             self.main.put_many(list(rewrites), list(rewrites.values()))
         if stored or rewrites:
             self.main.flush()
@@ -407,6 +412,7 @@ class Frontier:
             del self.pend[bk]
         if finished:
             self.pend.flush()
+        self.tally.write(self.pend)  # after the last flush: stamped with the stores' files
         if bulk_keys:
             self._unclaimed.add_many(_keys_array(bulk_keys))
         if batch:  # written to the OS: a kill no longer loses it, make room (before fsync)
@@ -536,6 +542,7 @@ class Frontier:
                 except OSError as exc:  # the url log's buffered tail, on a full disk
                     log.warning("%s: %s", self.data_dir, exc)
             return
+        self.tally.write(self.pend)  # stamped again: PendDB may have been compacted since
         self._admission.close()
         self.pend.close()
         self.depths.log.close()

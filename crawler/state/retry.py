@@ -75,6 +75,7 @@ from .frontier import DEFAULT_BULK_SIZE
 from .pages import PageRecord, Pending, decode_bulk, decode_page, encode_bulk
 from .robotsstore import ROBOTS_STORE_NAME, store_key
 from .shards import shard_dirs
+from .tally import Tally, shard_stamp, stale_reason, write_counts
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +181,7 @@ class _Shard:
         self.stores: list[kvstore.Store] = []
         self.live = kvstore.KeySet()  # url_keys of the URLs in live bulks
         self.counter = 0  # the next free bulk key
+        self.tally: Tally | None = None  # the shard's counters, if current (kept current)
         try:
             self.main = self._open(MAIN_NAME)  # first, as the frontier: a crawl holds it
             self.pend = self._open(PEND_NAME)
@@ -195,6 +197,8 @@ class _Shard:
                     if keys:
                         self.live.add_many(_keys_array(keys))
                 self.counter = top + 1
+            if not readonly:  # our locks keep the committer out: the counters hold still
+                self.tally = stale_reason(data_dir)[0]
         except BaseException:
             self.close()
             raise
@@ -267,6 +271,13 @@ def _requeue_shard(shard: _Shard, selection: Selection, report: RetryReport, chu
         _write_chunk(shard, batch, report, cleared)
     if not shard.readonly:
         main.sync()
+        if shard.tally is not None:  # after the deletes reached the disk: stamped with them
+            assert shard.pend is not None
+            shard.tally.pending_bulks = len(shard.pend)
+            try:
+                write_counts(shard.data_dir, shard.tally, shard_stamp(shard.data_dir))
+            except OSError as exc:  # stale then: status reads every record
+                log.warning("%s: outcome counters not written: %s", shard.data_dir, exc)
 
 
 def _write_chunk(shard: _Shard, batch: list[tuple[bytes, PageRecord]], report: RetryReport,
@@ -318,6 +329,10 @@ def _write_chunk(shard: _Shard, batch: list[tuple[bytes, PageRecord]], report: R
     for k in keys:  # 3. their records, gone
         del shard.main[k]
     shard.main.flush()
+    if shard.tally is not None:  # each URL is pending again, in a live bulk
+        for _, page in batch:
+            shard.tally.count(page.status, outcome_key(page), -1)
+        shard.tally.pending += len(batch)
 
 
 def _robots_answers(shard: _Shard, batch: list[tuple[bytes, PageRecord]]) -> set[bytes]:
