@@ -8,22 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from typing import Any
 
-import numpy as np
-
-import kvstore
-
-from ..outcomes import by_class, outcome_key
+from ..outcomes import by_class
+from ..read.counting import RECOUNT, count_shards
 from ..read.display import printable
-from ..read.listing import CrawlReader
 from ..read.sitemaps import summary as sitemap_summary
-from ..state.pages import decode_bulk
 from ..state.shards import crawl_count, shard_dir
 from ..state.statusfile import is_running, read_status, sum_snapshots
-from ..web.urls import url_key
 
 # status.json's "state" after a run (crawler.cli.crawl writes it), in words.
 _STOPPED = {
@@ -46,20 +39,9 @@ def add_parsers(sub: Any) -> None:
     status.add_argument("data", metavar="DIR", help="the crawl's data directory (--data)")
     status.add_argument("--json", action="store_true", help="all of it as one JSON object")
     status.add_argument("--shards", action="store_true", help="one line per shard too")
-
-
-def _pending(data_dir: str, reader: CrawlReader) -> tuple[int, int]:
-    """(live PendDB bulks, URLs in them not recorded yet) of one shard directory."""
-    path = os.path.join(data_dir, "pend")
-    if not os.path.isdir(path):
-        return 0, 0
-    with kvstore.open(path, readonly=True) as pend:
-        urls = {e.url for bk in pend for e in decode_bulk(pend[bk])}
-        bulks = len(pend)
-    if not urls:
-        return bulks, 0
-    keys = np.frombuffer(b"".join(url_key(u) for u in urls), dtype=np.uint8).reshape(-1, 16)
-    return bulks, int((~reader.contains_many(keys)).sum())
+    status.add_argument("--recount", action="store_true",
+                        help="count by reading every record and bulk (about a second per "
+                        "100,000 pages) instead of the counters the crawl keeps")
 
 
 def _state(info: dict[str, Any]) -> str:
@@ -74,37 +56,37 @@ def _state(info: dict[str, Any]) -> str:
     return "killed or crashed (the last run did not stop cleanly; nothing is lost)"
 
 
-def collect(data_dir: str) -> dict[str, Any]:
-    """Everything ``status`` shows, as one dict (the --json output)."""
+def collect(data_dir: str, *, recount: bool = False) -> dict[str, Any]:
+    """Everything ``status`` shows, as one dict (the --json output). ``recount``: read
+    every record rather than the committer's counters (crawler.read.counting)."""
     count = crawl_count(data_dir)
     dirs = [shard_dir(data_dir, i, count) for i in range(count)]
     snaps = [s for s in (read_status(d) for d in dirs) if s]
     top = read_status(data_dir) if len(dirs) > 1 else None
     if not snaps and top is not None:  # no shard ran: the supervisor's word is all there is
         snaps = [top]
+    shard_snaps = [read_status(d) or {} for d in dirs]
+    counts, absent = count_shards(data_dir, dirs, [is_running(s) for s in shard_snaps],
+                                  recount=recount)
     outcomes: dict[str, int] = {}
-    fetched = recorded = 0
     per_shard = []
-    with CrawlReader(data_dir) as reader:
-        for page in reader.pages(with_body=False):
-            key = outcome_key(page.status, page.reason, page.truncated)
-            outcomes[key] = outcomes.get(key, 0) + 1
-            recorded += 1
-            fetched += page.status > 0
-        for d, store in zip(dirs, reader.stores, strict=True):
-            b, p = _pending(d, reader)
-            snap = read_status(d) or {}
-            per_shard.append({
-                "data": d, "running": is_running(snap), "recorded": len(store or ()),
-                "pending_bulks": b, "pending": p, "fetched": snap.get("fetched", 0),
-                "outbox": snap.get("outbox", 0),
-            })
+    for d, snap, c in zip(dirs, shard_snaps, counts, strict=True):
+        for key, n in c.tally.outcomes.items():
+            outcomes[key] = outcomes.get(key, 0) + n
+        per_shard.append({
+            "data": d, "running": is_running(snap), "recorded": c.stored,
+            "pending_bulks": c.tally.pending_bulks, "pending": c.tally.pending,
+            "fetched": snap.get("fetched", 0), "outbox": snap.get("outbox", 0),
+        })
+    recorded = sum(c.tally.recorded for c in counts)
+    fetched = sum(c.tally.fetched for c in counts)
+    scanned = [c.why for c in counts if c.source == "scan"]
     bulks = sum(s["pending_bulks"] for s in per_shard)
     pending = sum(s["pending"] for s in per_shard)
     info: dict[str, Any] = {
         "data": data_dir,
         "shards": len(dirs),
-        "absent_shards": reader.absent,
+        "absent_shards": absent,
         "running": any(is_running(s) for s in snaps) or is_running(top),
         "recorded": recorded,
         "fetched": fetched,
@@ -114,7 +96,10 @@ def collect(data_dir: str) -> dict[str, Any]:
         "pending_bulks": bulks,
         "pending": pending,
         "sitemaps": sitemap_summary(data_dir),
+        "counts_from": "scan" if scanned else "counters",
     }
+    if scanned and scanned[0] != RECOUNT:
+        info["counts_why"] = scanned[0]  # the first shard's reason: they rarely differ
     if snaps:
         last = snaps[0] if len(snaps) == 1 else sum_snapshots(snaps)
         # The supervisor's word on how the run ended, unless a shard's own file says it
@@ -129,7 +114,7 @@ def collect(data_dir: str) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    info = collect(args.data)
+    info = collect(args.data, recount=args.recount)
     if args.json:
         print(json.dumps(info, indent=1, sort_keys=True))
         return 0
@@ -153,6 +138,8 @@ def _text(args: argparse.Namespace, info: dict[str, Any]) -> list[str]:
     for cls, n in info["classes"].items():
         out.append(f"    {cls}: {n}")
     out.append(f"  pending: {info['pending']} URLs in {info['pending_bulks']} bulks")
+    if "counts_why" in info:  # fell back from the counters: say why that status was slow
+        out.append(f"  counted by reading every record: {info['counts_why']}")
     sm = info["sitemaps"]
     if sm["read"]:
         ends = ", ".join(f"{k} {n}" for k, n in sm["outcomes"].items())

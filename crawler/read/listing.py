@@ -61,6 +61,19 @@ _TEXT_TYPES = ("application/xhtml+xml", "application/xml", "application/json",
 _SNIFF_BYTES = 1024
 
 
+def absent_shards(data_dir: str, dirs: list[str]) -> list[int]:
+    """The shards whose directory is not on this machine, said in a warning. (A crawl on
+    Ray keeps each shard on its own node's disk: those shards are left out.)"""
+    absent = [i for i, d in enumerate(dirs) if len(dirs) > 1 and not os.path.isdir(d)]
+    if absent:
+        log.warning(
+            "%s: %d of %d shards are not on this machine (no %s): their pages are "
+            "left out (a crawl on Ray: read each node's shards there, docs/RAY.md)",
+            data_dir, len(absent), len(dirs), ", ".join(os.path.basename(dirs[i]) for i in absent),
+        )
+    return absent
+
+
 class CrawlReader:
     """The page records of one crawl directory, read-only, every shard of it (in shard
     order). A context manager."""
@@ -71,17 +84,7 @@ class CrawlReader:
         self.skipped = 0  # damaged records skipped so far
         count = crawl_count(self.data_dir)  # the one test of what a crawl directory is
         self.dirs = [shard_dir(self.data_dir, i, count) for i in range(count)]
-        # A crawl on Ray keeps each shard on its own node's disk: the shards whose
-        # directory is not on this machine are left out, and said so.
-        self.absent = [i for i, d in enumerate(self.dirs)
-                       if len(self.dirs) > 1 and not os.path.isdir(d)]
-        if self.absent:
-            log.warning(
-                "%s: %d of %d shards are not on this machine (no %s): their pages are "
-                "left out (a crawl on Ray: read each node's shards there, docs/RAY.md)",
-                self.data_dir, len(self.absent), len(self.dirs),
-                ", ".join(os.path.basename(self.dirs[i]) for i in self.absent),
-            )
+        self.absent = absent_shards(self.data_dir, self.dirs)
         self.stores: list[kvstore.Store | None] = []  # None: a shard that never ran (or absent)
         try:
             for d in self.dirs:
