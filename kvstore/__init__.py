@@ -18,6 +18,7 @@ import os
 
 from . import exceptions
 from ._backend import BACKEND
+from ._datafiles import stamp
 from ._format import FORMAT_VERSION, KEY_SIZE, md5_key
 from ._keysets import KeyIntMap, KeySet
 from ._recovery import Recovery, TornTail
@@ -51,6 +52,7 @@ __all__ = [
     "md5_key",
     "open",
     "repair",
+    "stamp",
 ]
 
 

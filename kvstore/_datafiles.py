@@ -111,6 +111,23 @@ def find_generation(path: str) -> tuple[int | None, list[str]]:
     return current, leftovers
 
 
+def stamp(path: str) -> tuple[int, int, int] | None:
+    """(generation, KEY file bytes, VAL file bytes) of the store in directory ``path``,
+    without opening it; None when there is no store there. A store only appends and a
+    compaction starts a new generation, so an unchanged stamp means unchanged contents:
+    a cheap test of "did anyone write since" for a reader that keeps derived numbers.
+    Raises FileNotFoundError when a compaction replaced the files while they were
+    looked at (ask again)."""
+    try:
+        gen, _ = find_generation(path)
+    except FileNotFoundError:
+        return None
+    if gen is None:
+        return None
+    key_path, val_path = data_paths(path, gen)
+    return gen, os.stat(key_path).st_size, os.stat(val_path).st_size
+
+
 def create_generation(path: str, gen: int) -> None:
     """Write empty KEY and VAL files for ``gen`` (via tmp + rename)."""
     for final, magic in zip(data_paths(path, gen), (fmt.KEY_MAGIC, fmt.VAL_MAGIC), strict=True):

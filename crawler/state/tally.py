@@ -44,7 +44,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +60,6 @@ log = logging.getLogger(__name__)
 COUNTS_NAME = "counts.json"
 COUNTS_FORMAT = 1
 STORES = ("main", "pend")
-_DATA = re.compile(r"^data-(\d{6,})\.(key|val)$")  # kvstore's generation files (_datafiles)
 
 Stamp = dict[str, list[int] | None]  # store name -> [generation, KEY bytes, VAL bytes]
 
@@ -94,23 +92,10 @@ class Tally:
 
 def store_stamp(path: str) -> list[int] | None:
     """[generation, KEY file bytes, VAL file bytes] of the store at ``path`` (None: no
-    store there). The current generation is the highest with both files (kvstore's
-    rule). Raises FileNotFoundError if a compaction renamed them away meanwhile."""
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        return None
-    found: dict[int, set[str]] = {}
-    for name in names:
-        m = _DATA.match(name)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(m.group(2))
-    gens = [g for g, kinds in found.items() if len(kinds) == 2]
-    if not gens:
-        return None
-    gen = max(gens)
-    return [gen] + [os.stat(os.path.join(path, f"data-{gen:06d}.{ext}")).st_size
-                    for ext in ("key", "val")]
+    store there): kvstore.stamp. Raises FileNotFoundError if a compaction renamed them
+    away meanwhile."""
+    found = kvstore.stamp(path)
+    return list(found) if found is not None else None
 
 
 def shard_stamp(data_dir: str) -> Stamp:

@@ -852,3 +852,31 @@ class TestEveryDeliberateErrorIsAKVStoreError:
         exc = self.provoke(name, tmp_path, unprivileged_child, data_files)
         assert type(exc) is getattr(kvstore.exceptions, name)
         assert isinstance(exc, KVStoreError)
+
+
+def test_stamp_changes_with_every_write_and_a_compaction_and_only_then(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    assert kvstore.stamp(str(path)) is None  # no directory
+    path.mkdir()
+    assert kvstore.stamp(str(path)) is None  # no store in it
+    with kvstore.open(path) as db:
+        db[b"a" * 16] = b"one"
+        db.flush()
+        first = kvstore.stamp(str(path))
+        assert first is not None and first[0] == db.versions()[0]
+        _ = db[b"a" * 16], b"a" * 16 in db  # reads write nothing
+        assert kvstore.stamp(str(path)) == first
+        db[b"a" * 16] = b"one"  # the same value again is still a write
+        db.flush()
+        second = kvstore.stamp(str(path))
+        assert second is not None and second[0] == first[0] and second != first
+        del db[b"a" * 16]
+        db.flush()
+        third = kvstore.stamp(str(path))
+        assert third is not None and third[1] > second[1] and third[2] > second[2]
+        db[b"b" * 16] = b"two"
+        db.compact()
+        after = kvstore.stamp(str(path))
+        assert after is not None and after[0] == db.versions()[0] != first[0]
+    with kvstore.open(path, readonly=True):
+        assert kvstore.stamp(str(path)) == after  # opening and closing write nothing
