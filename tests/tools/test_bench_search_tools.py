@@ -178,3 +178,30 @@ def test_bench_search_crawls_indexes_and_scores_title_queries(tmp_path: Path) ->
     assert q["all fields, rank weight 0"] == {"mrr": 1.0, "first": 1.0, "queries": 12}
     assert 0 < s["latency_title_queries"]["p50_ms"] <= s["latency_title_queries"]["p95_ms"]
     assert "| configuration | MRR |" in stdout
+
+
+def test_bench_search_scale_builds_a_crawl_index_and_queries_it_through_searcher(
+        tmp_path: Path) -> None:
+    stdout, res = _run(["tools/bench_search_scale.py", "--pages", "3000", "--titles", "30",
+                        "--query-runs", "2", "--vocab", "20000"], tmp_path)
+    assert res["build"]["pages"] == 3000 and res["build"]["index_bytes"] > 0
+    kinds = {row["kind"]: row for row in res["summary"]}
+    assert {"word", "and", "phrase", "title", "all"} <= set(kinds)
+    assert kinds["title"]["timed"] == 30 * 3 and kinds["word"]["timed"] > 0
+    assert all(0 < row["p50_ms"] <= row["p95_ms"] <= row["max_ms"] for row in kinds.values())
+    words = [q for q in res["queries"] if q["kind"] == "word"]
+    # the vocabulary is Zipf-drawn: a commoner word matches more pages (the Searcher's
+    # count), and every query asked returned hits
+    assert [q["matches"] for q in words] == sorted((q["matches"] for q in words), reverse=True)
+    assert all(q["returned"] > 0 for q in res["queries"] if q["kind"] == "word")
+    # a page's own title finds it first nearly always (a title shared by two pages can
+    # lose to its twin)
+    assert res["title_found_first"] >= 0.9
+    # the crawl directory is one the crawler reads: `search` finds the same first hit
+    data = next((tmp_path / "work").glob("crawl-3000-2-*"))
+    title = next(q for q in res["queries"] if q["kind"] == "title")
+    proc = subprocess.run([sys.executable, "-m", "crawler", "search", str(data), title["text"],
+                           "--json", "--limit", "1"], cwd=REPO, capture_output=True,
+                          text=True, timeout=TOOL_TIMEOUT, check=True)
+    assert json.loads(proc.stdout)["matches"] == title["matches"]
+    assert "| queries | timed |" in stdout
