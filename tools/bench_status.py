@@ -3,10 +3,11 @@ every record and bulk), on a synthetic crawl built through the crawler's own fro
 
     python tools/bench_status.py --pages 200000 --workdir /tmp/bench-status --repeat 3
 
-The crawl: ``--pages`` page records (a 2 KB body each, the outcomes a broad crawl
-has: 200, 301, 404, robots_disallowed, dns_nxdomain) and ``--pending`` URLs left in
-PendDB, written by a real Frontier (seeds, claims, submitted outcomes, commits), so
-its counts.json is the committer's. Each status is a fresh ``python -m crawler
+The crawl: ``--pages`` page records and ``--pending`` URLs left in PendDB, one
+shard, written by a real Frontier (seeds, claims, submitted outcomes, commits) through
+tools/_seedbuild.py, the builder of tools/seedscale.py, so its counts.json is the
+committer's: a broad crawl's outcomes, link lists, and HTML bodies padded with 2 KB
+of hex as this benchmark's crawl always had. Each status is a fresh ``python -m crawler
 status DIR --json`` process (interpreter start included), timed wall-clock; the
 median of ``--repeat``. The data stays under ``--workdir`` (never the repository).
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,39 +24,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crawler.state.frontier import Frontier, Outcome  # noqa: E402
-from crawler.state.pages import PageRecord, Pending, encode_page  # noqa: E402
 from tools._benchutil import machine_info, median  # noqa: E402
+from tools._seedbuild import build_crawl  # noqa: E402
+from tools._seedweb import Shape  # noqa: E402
 
-_OUTCOMES = [(200, ""), (200, ""), (200, ""), (200, ""), (301, ""), (404, ""),
-             (0, "robots_disallowed"), (0, "dns_nxdomain")]
-_BODY = os.urandom(1024).hex().encode()  # 2 KB that zlib cannot shrink much
+PAD = 2048  # hex bytes added to each HTML body: ~2 KB that zlib cannot shrink much
 
 
 def build(data: Path, pages: int, pending: int) -> None:
-    """A crawl of ``pages`` records and ``pending`` URLs waiting, through the frontier."""
-    frontier = Frontier(str(data), sync_interval=3600)
-    try:
-        urls = [Pending(f"http://h{i % 5000}.bench/p{i}") for i in range(pages + pending)]
-        frontier.add_seeds(urls)
-        frontier.commit()
-        done = 0
-        while done < pages:
-            claimed = frontier.claim()
-            if claimed is None:
-                break
-            for c in claimed:
-                if done >= pages:
-                    frontier.release(c)
-                    continue
-                status, reason = _OUTCOMES[done % len(_OUTCOMES)]
-                page = PageRecord(url=c.entry.url, status=status, fetched_at=time.time(),
-                                  depth=0, reason=reason, body=_BODY if status == 200 else b"")
-                frontier.submit(Outcome(c, encode_page(page)))
-                done += 1
-            frontier.commit()
-    finally:
-        frontier.close()
+    """A one-shard crawl of ``pages`` records and ``pending`` URLs waiting, built through
+    the frontier by tools/_seedbuild.py (what tools/seedscale.py builds, one shard)."""
+    shape = Shape(pages=pages, pending=pending, hosts=max(1, min(5000, pages // 40)),
+                  shards=1, pad=PAD)
+    build_crawl(shape, str(data), verbose=False)
 
 
 def timed_status(data: Path, *flags: str) -> tuple[float, dict[str, object]]:
