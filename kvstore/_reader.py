@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from ._open import _Generation
 
 
-
 def read_value(g: _Generation, off: int, key: bytes) -> bytes:
     """The value of ``key``'s record at VAL offset ``off`` of generation ``g``. Lock-free."""
     base, buf = g.wbuf
@@ -54,21 +53,62 @@ def read_value(g: _Generation, off: int, key: bytes) -> bytes:
             if len(value) < length:
                 value += os.pread(files.val_fd, length - len(value), off + hsize + len(value))
             head = head[:hsize]
+    _check_crc(g, head, value, length, off)
+    _check_owner(g, head, key, off)
+    return value
+
+
+# A prefix read larger than this reads the record's header first, so that a huge n (a
+# damaged length field in the caller's data) never allocates more than the value.
+_ONE_READ_MAX = 1 << 16
+
+
+def read_prefix(g: _Generation, off: int, key: bytes, n: int) -> bytes:
+    """The first ``min(n, length)`` bytes of ``key``'s value at VAL offset ``off``: one
+    pread of the record's header and ``n`` bytes (none if still buffered; two for an ``n``
+    over ``_ONE_READ_MAX``). The record
+    must be its key's own (keyed generations), as for a get; its CRC, which covers the
+    whole value, is checked only when those ``n`` bytes hold all of it. Lock-free."""
+    base, buf = g.wbuf
+    hsize = fmt.RECORD_HEADER_SIZE if g.keyed else fmt.VAL_HEADER_SIZE
+    if off >= base:
+        rel = off - base
+        chunk = bytes(buf[rel : rel + hsize + n])
+    else:  # records before ``base`` are in the file: flush writes before it moves base
+        if n > _ONE_READ_MAX:  # pread allocates n bytes first: learn the length before
+            head = os.pread(g.files.val_fd, hsize, off)
+            n = min(n, _record_length(g, head, off))
+        chunk = os.pread(g.files.val_fd, hsize + n, off)
+    head = chunk[:hsize]
+    length = _record_length(g, head, off)
+    value = chunk[hsize : hsize + min(n, length)]
+    if n >= length:  # the whole value: checked exactly as a get checks it
+        _check_crc(g, head, value, length, off)
+    elif len(value) < n:
+        raise CorruptStoreError(g.files.val_path, off, "value record runs past the end of the file")
+    _check_owner(g, head, key, off)
+    return value
+
+
+def _check_crc(g: _Generation, head: bytes, value: bytes, length: int, off: int) -> None:
     _, crc = fmt.VAL_HEADER.unpack_from(head)
     if g.keyed:
         intact = len(value) == length and fmt.keyed_crc(length, head[8:], value) == crc
     else:
         intact = len(value) == length and zlib.crc32(value) == crc
     if not intact:
-        raise CorruptStoreError(files.val_path, off, "value record fails its CRC check")
+        raise CorruptStoreError(g.files.val_path, off, "value record fails its CRC check")
+
+
+def _check_owner(g: _Generation, head: bytes, key: bytes, off: int) -> None:
+    """A keyed record must name ``key``: a damaged KEY offset may lead to another key's."""
     if g.keyed and head[8:] != key:
         raise CorruptStoreError(
-            files.val_path,
+            g.files.val_path,
             off,
             f"the value record there belongs to key {head[8:].hex()}, not to {key.hex()} "
             "(a damaged KEY record?); python -m kvstore verify lists the damage",
         )
-    return value
 
 
 def _record_length(g: _Generation, head: bytes, off: int) -> int:

@@ -30,10 +30,10 @@ from . import _datafiles, _indexfile, _open, _recovery
 from . import _format as fmt
 from ._backend import Lock, StoreBase
 from ._compact import Compaction
-from ._fallback import REMAP_SLACK
+from ._fallback import REMAP_SLACK, check_key
 from ._index import as_key_array
 from ._open import _Generation
-from ._reader import read_value
+from ._reader import read_prefix, read_value
 from ._stats import StoreStats, generation_stats
 from ._views import ItemsView, ValuesView
 from .exceptions import (
@@ -236,6 +236,22 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
     def _read(self, g: _Generation, off: int, key: bytes) -> bytes:
         """The slow path of a get (the C code and the pure twin call it): see _reader."""
         return read_value(g, off, key)
+
+    def get_prefix(self, key: bytes, n: int) -> bytes:
+        """The first ``min(n, len(value))`` bytes of ``key``'s value, in one read of about
+        ``n`` bytes: for a reader that needs a value's head (a record's header), not all of
+        it. KeyError if absent. The record is checked to be the key's own, as by a get,
+        but its CRC covers the whole value, so it is checked only when ``n`` covers the
+        whole value (then the result is exactly ``db[key]``); damage past ``n`` is not
+        seen (``verify()`` or a get finds it). Lock-free."""
+        if n < 0:
+            raise ValueError(f"get_prefix: n must be >= 0, got {n}")
+        key = check_key(key)
+        g = self._live()
+        off = g.index.get(key)
+        if off < 0:
+            raise KeyError(key)
+        return read_prefix(g, off, key, n)
 
     def __len__(self) -> int:
         return len(self._live().index)
