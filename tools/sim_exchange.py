@@ -92,10 +92,11 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+from crawler.net.raycluster import NAMESPACE  # noqa: E402
 from crawler.run.exchange import DEFAULT_BATCH_URLS, linger_for  # noqa: E402 - after the env
 from crawler.run.overview import Round, quiescent  # noqa: E402
 from crawler.run.raydriver import MAX_CONCURRENCY  # noqa: E402
-from crawler.run.rayshard import NAMESPACE, actor_name  # noqa: E402
+from crawler.run.rayshard import actor_name  # noqa: E402
 from crawler.run.supervisor import PROBE_INTERVAL  # noqa: E402
 from crawler.state.pages import Pending, encode_bulk  # noqa: E402
 from tools._simshard import SimShard, Sink, SynthWeb, TimedRayExchange  # noqa: E402

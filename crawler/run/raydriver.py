@@ -41,9 +41,10 @@ from typing import Any
 
 from ..config import CrawlerConfig
 from ..exceptions import CrawlerError, DataDirError
+from ..net.raycluster import alive_nodes, connect, node_id, pinned, shutdown
 from ..state.shards import PLACEMENT_NAME, read_placement
 from .overview import Overview, Round, ShardTally, Summary, quiescent
-from .rayshard import NAMESPACE, ShardActor, actor_name
+from .rayshard import ShardActor, actor_name
 from .supervisor import PROBE_INTERVAL, ROUND_TIMEOUT, take_lock
 
 log = logging.getLogger(__name__)
@@ -120,27 +121,9 @@ class RayDriver(Overview):
     # -- placing the actors -------------------------------------------------------------
 
     def _connect(self) -> None:
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # never report home
-        if self.address == "local":
-            # Ray's switch for one-machine clusters: every server binds 127.0.0.1 (read
-            # when ray is imported, so set first)
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         import ray
 
-        kwargs: dict[str, Any] = {"namespace": NAMESPACE, "configure_logging": False}
-        if self.address == "local":
-            kwargs.update(
-                address="local",
-                include_dashboard=False,
-                _node_ip_address="127.0.0.1",
-                object_store_memory=128 << 20,  # links pass as small objects
-            )
-        else:
-            kwargs["address"] = self.address
-        try:
-            ray.init(**kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise CrawlerError(f"--ray {self.address}: cannot reach the cluster: {exc}") from None
+        connect(self.address)
         self._actor_class = ray.remote(ShardActor)
 
     def _place(self) -> None:
@@ -149,7 +132,7 @@ class RayDriver(Overview):
         path = os.path.join(self.data_dir, PLACEMENT_NAME)
         placed = read_placement(self.data_dir)  # DataDirError when damaged
         if placed is None:
-            alive = sorted({n["NodeManagerAddress"] for n in _alive_nodes()})
+            alive = sorted({n["NodeManagerAddress"] for n in alive_nodes()})
             nodes = place(self.count, alive)
             _write_json(path, {"format": 1, "nodes": nodes})
         elif len(placed) != self.count:
@@ -162,10 +145,9 @@ class RayDriver(Overview):
     def _create(self, s: _RayShard, now: float) -> None:
         """Create shard ``s``'s actor on its node, if that node is alive."""
         import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        ids = sorted(n["NodeID"] for n in _alive_nodes() if n["NodeManagerAddress"] == s.node)
-        if not ids:
+        node = node_id(s.node)
+        if node is None:
             self._log_down(s, now, f"its node {s.node} is not in the cluster")
             return
         if self.names[s.index] in ray.util.list_named_actors():
@@ -177,7 +159,7 @@ class RayDriver(Overview):
                 max_task_retries=0,
                 max_concurrency=MAX_CONCURRENCY,
                 num_cpus=0,  # a shard is threads waiting on the network; never unschedulable
-                scheduling_strategy=NodeAffinitySchedulingStrategy(ids[0], soft=False),
+                scheduling_strategy=pinned(node),
             ).remote(self.config, s.index, self.count, self.names, self.seeds, self.log_level)
         except ValueError as exc:  # the name is still taken (Ray has not let go of it)
             self._log_down(s, now, str(exc))
@@ -227,7 +209,7 @@ class RayDriver(Overview):
             self.kill()
             os.close(self._lock_fd)
         summary = self._summary()
-        _shutdown()
+        shutdown()
         return summary
 
     def _probe(self) -> None:
@@ -345,12 +327,6 @@ def place(count: int, nodes: list[str]) -> list[str]:
     return [nodes[i % len(nodes)] for i in range(count)]
 
 
-def _alive_nodes() -> list[dict[str, Any]]:
-    import ray
-
-    return [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
-
-
 def _write_json(path: str, data: dict[str, Any]) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -359,13 +335,6 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def _shutdown() -> None:
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
 
 
 def run_on_ray(

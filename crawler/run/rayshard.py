@@ -42,13 +42,13 @@ from typing import Any
 
 from ..config import CrawlerConfig
 from ..exceptions import CrawlerError, ExchangeError
+from ..net.raycluster import NAMESPACE
 from ..state.shards import ShardPlace, open_layout
 from .exchange import DEFAULT_TIMEOUT, Admit, LinkExchange
 from .shard import EXIT_CRASHED, ShardRunner
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "kvcrawl"
 
 
 def actor_name(crawl: str, run: str, index: int) -> str:

@@ -179,7 +179,8 @@ EXCHANGE_PROBE = r"""
 import json, sys, time
 import ray
 from crawler.exceptions import ExchangeError
-from crawler.run.rayshard import NAMESPACE, RayExchange
+from crawler.net.raycluster import NAMESPACE
+from crawler.run.rayshard import RayExchange
 
 ray.init(address=sys.argv[1], namespace=NAMESPACE, configure_logging=False)
 
