@@ -29,14 +29,19 @@ def check_args(args: argparse.Namespace, data_dir: str) -> int | None:
         return processes
     if args.processes is not None:
         raise CrawlerError("--processes is for a crawl on this machine; with --ray use --shards")
+    check_ray(args.ray)
+    shards: int | None = args.shards
+    return shards
+
+
+def check_ray(address: str) -> None:
+    """Refuse --ray ADDRESS without Ray installed, or at a HOST:PORT nobody answers."""
     if importlib.util.find_spec("ray") is None:
         raise CrawlerError(
             "--ray needs Ray: pip install 'kvcrawl[ray]' (in a checkout: pip install -e '.[ray]')"
         )
-    if args.ray != "local":
-        check_reachable(args.ray)
-    shards: int | None = args.shards
-    return shards
+    if address != "local":
+        check_reachable(address)
 
 
 def placed_nodes(data_dir: str) -> list[str]:

@@ -13,10 +13,12 @@ from ..exceptions import CrawlerError
 from ..read.display import printable
 from ..read.pagetext import DEFAULT_TEXT_LIMIT
 from ..search.indexer import DEFAULT_BATCH, DEFAULT_MEMORY, MIN_MEMORY, index_crawl
+from ..search.onray import RaySearcher, index_on_ray
 from ..search.query import DEFAULT_LIMIT, DEFAULT_RANK_WEIGHT, Hit, Searcher
 from ._common import count, log_to_stderr, number, size_in, stdout_gone
 from .export import INTERRUPTED, write_error
 from .progress import DEFAULT_INTERVAL, Progress
+from .raystart import check_ray
 
 MAX_LIMIT = 1_000
 _BOLD, _PLAIN = "\033[1m", "\033[0m"
@@ -55,6 +57,9 @@ def add_parsers(sub: Any) -> None:
                        help="seconds between progress lines when stderr is not a terminal "
                        "(default: %(default)s)")
     index.add_argument("--quiet", action="store_true", help="no progress: only warnings")
+    index.add_argument("--ray", metavar="ADDRESS",
+                       help="a crawl that ran on Ray: index each shard on its node, in an "
+                       "actor (local, auto or HOST:PORT; docs/SEARCH.md)")
 
     search = sub.add_parser(
         "search",
@@ -77,16 +82,25 @@ def add_parsers(sub: Any) -> None:
                         metavar="W", help="PageRank's weight in the score (0: BM25 alone)")
     search.add_argument("--json", action="store_true",
                         help="the results as one JSON object (score parts included)")
+    search.add_argument("--ray", metavar="ADDRESS",
+                        help="a crawl that ran on Ray: ask each shard's index on its node "
+                        "(local, auto or HOST:PORT)")
 
 
 def cmd_index(args: argparse.Namespace) -> int:
     log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
     try:
-        with Progress(quiet=args.quiet, interval=args.progress_interval) as progress:
-            stats = index_crawl(args.data, batch=args.batch, memory=args.memory,
-                                rebuild=args.rebuild, text_limit=args.text_limit,
-                                workers=args.workers,
-                                progress=progress.phase("index"))
+        if args.ray is not None:
+            check_ray(args.ray)
+            stats = index_on_ray(args.data, args.ray, batch=args.batch, memory=args.memory,
+                                 rebuild=args.rebuild, text_limit=args.text_limit,
+                                 workers=args.workers)
+        else:
+            with Progress(quiet=args.quiet, interval=args.progress_interval) as progress:
+                stats = index_crawl(args.data, batch=args.batch, memory=args.memory,
+                                    rebuild=args.rebuild, text_limit=args.text_limit,
+                                    workers=args.workers,
+                                    progress=progress.phase("index"))
     except OSError as exc:
         raise CrawlerError(write_error("cannot write the search index", exc)) from exc
     except KeyboardInterrupt:
@@ -116,7 +130,10 @@ def _marked(hit: Hit, tty: bool) -> str:
 
 def cmd_search(args: argparse.Namespace) -> int:
     log_to_stderr(logging.WARNING)
-    with Searcher(args.data, rank_weight=args.rank_weight) as searcher:
+    if args.ray is not None:
+        check_ray(args.ray)
+    with (Searcher(args.data, rank_weight=args.rank_weight) if args.ray is None else
+          RaySearcher(args.data, args.ray, rank_weight=args.rank_weight)) as searcher:
         results = searcher.search(args.query, limit=args.limit, host=args.host, lang=args.lang)
     try:
         if args.json:

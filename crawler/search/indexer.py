@@ -235,12 +235,12 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
                 log.info("shard %d: %s records to read, %s gone%s", s.shard,
                          f"{len(s.todo_keys):,}", f"{len(s.gone):,}",
                          " (rebuilding)" if s.rebuilt else "")
-            pooled_skips = _read(reader, live, count, stats, text_limit,
-                                 workers or default_workers(), chunk, progress, total)
+            pooled_skips, _ = read_phase(reader, live, count, stats, text_limit,
+                                         workers or default_workers(), chunk, progress, total)
             for s in live:  # 2. anchors
-                _merge_anchors(s)
+                merge_anchors(s)
             for s in live:  # 3. write
-                _write_shard(reader, s, stats, batch, max(memory, MIN_MEMORY), text_limit)
+                write_shard(reader, s, stats, batch, max(memory, MIN_MEMORY), text_limit)
             stats.documents = sum(s.index.searcher().num_docs for s in live)
         finally:
             for shard in shards:
@@ -252,12 +252,16 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
     return stats
 
 
-def _read(reader: CrawlReader, live: list[ShardIndex], count: int, stats: IndexStats,
-          text_limit: int, workers: int, chunk: int, progress: Progress | None,
-          total: int) -> int:
-    """Phase 1 (crawler.search.reading) for every shard; the damaged records the worker
-    processes skipped (the reader counts its own)."""
-    owners = frozenset(s.shard for s in live)
+def read_phase(reader: CrawlReader, live: list[ShardIndex], count: int, stats: IndexStats,
+               text_limit: int, workers: int, chunk: int, progress: Progress | None,
+               total: int, *, owners: frozenset[int] | None = None,
+               ) -> tuple[int, dict[int, list[str]]]:
+    """Phase 1 (crawler.search.reading) for every shard of ``live``: their anchor lines
+    go to their sorters. Returns the damaged records the worker processes skipped (the
+    reader counts its own) and the files of anchor lines for the shards of ``owners``
+    (default: ``live``'s) that are not ``live`` (on Ray: other nodes' shards), which
+    the caller removes."""
+    owners = owners if owners is not None else frozenset(s.shard for s in live)
     by_shard = {s.shard: s for s in live}
     todo = [t for s in live for t in tasks(s.shard, s.todo_keys, s.todo_vers, s.tmp, count,
                                            owners, text_limit, chunk)]
@@ -270,19 +274,23 @@ def _read(reader: CrawlReader, live: list[ShardIndex], count: int, stats: IndexS
             progress(done, total)
 
     parts, pooled = run_tasks(todo, reader, workers, finished)
+    foreign: dict[int, list[str]] = {}
     for task, part in zip(todo, parts, strict=True):
         stats.read += part.read
         by_shard[task.shard].documents.append(part.documents)
         for dest, path in part.lines.items():
+            if dest not in by_shard:
+                foreign.setdefault(dest, []).append(path)
+                continue
             sorter = by_shard[dest].sorter
             with open(path, "rb") as f:
                 for line in f:
                     sorter.add(line)
             os.remove(path)
-    return sum(p.skipped for p in parts) if pooled else 0
+    return (sum(p.skipped for p in parts) if pooled else 0), foreign
 
 
-def _merge_anchors(s: ShardIndex) -> None:
+def merge_anchors(s: ShardIndex) -> None:
     """Phase 2 for one shard: anchor lines into its anchor store; the pages whose
     anchor text now differs from what they were indexed with go to ``s.reanchor``."""
     todo = set(s.todo_keys.tolist())
@@ -314,7 +322,7 @@ def _grouped(lines: Iterator[bytes]) -> Iterator[tuple[bytes, list[str]]]:
         yield bytes.fromhex(key.decode("ascii")), texts
 
 
-def _write_shard(reader: CrawlReader, s: ShardIndex, stats: IndexStats, batch: int,
+def write_shard(reader: CrawlReader, s: ShardIndex, stats: IndexStats, batch: int,
                  memory: int, text_limit: int) -> None:
     # tantivy's indexing threads share the heap; two instead of one took 7% off a run
     # of 1,699 real pages here (docs/PERFORMANCE.md)
@@ -345,7 +353,7 @@ def _write_shard(reader: CrawlReader, s: ShardIndex, stats: IndexStats, batch: i
         s.versions.record(entries)
         entries.clear()
 
-    if s.reanchor:  # their versions in the snapshot (they are in it: see _merge_anchors)
+    if s.reanchor:  # their versions in the snapshot (they are in it: see merge_anchors)
         order = np.argsort(s.keys, kind="stable")
         wanted = np.frombuffer(b"".join(s.reanchor), dtype="V16")
         pos = np.searchsorted(s.keys[order], wanted)
@@ -366,5 +374,5 @@ def _write_shard(reader: CrawlReader, s: ShardIndex, stats: IndexStats, batch: i
     s.index.reload()
 
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_MEMORY", "IndexStats", "anchor_hash", "index_crawl",
-           "merge_anchor_text"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_MEMORY", "IndexStats", "ShardIndex", "anchor_hash",
+           "index_crawl", "merge_anchor_text", "merge_anchors", "read_phase", "write_shard"]

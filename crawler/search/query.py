@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,29 +112,123 @@ def _char_ranges(fragment: str, ranges: list[Any]) -> list[tuple[int, int]]:
              len(raw[:r.end].decode("utf-8", "ignore"))) for r in ranges]
 
 
-class Searcher:
-    """The search indexes of a crawl (every shard's that exists), read-only. A context
-    manager."""
+@dataclass(slots=True)
+class Candidate:
+    """One shard's answer to a query, before the PageRank blend and folding: what the
+    merger needs of a document (plain data: it crosses processes on Ray)."""
 
-    def __init__(self, data_dir: str, *, rank_weight: float = DEFAULT_RANK_WEIGHT,
-                 fields: Sequence[str] = schema.QUERY_FIELDS,
+    bm25: float
+    key: bytes
+    url: str
+    title: str
+    host: str
+    lang: str
+    fetched: float
+    simhash: int
+    number: int  # its place in the shard's last answer (what ``snippets`` is asked by)
+
+
+class ShardSearcher:
+    """One shard's index: the best candidates of a query and their snippets. Local, or
+    in a Ray actor on the shard's node (crawler.search.onray)."""
+
+    def __init__(self, index: tantivy.Index, *, fields: Sequence[str] = schema.QUERY_FIELDS,
                  boosts: Mapping[str, float] | None = None, stemmed: bool = True) -> None:
-        """``fields`` and ``boosts``: where a query's words are looked for and their
-        weights (crawler.search.schema's by default; tools/bench_search.py varies them);
-        ``stemmed``: also in the stemmed fields (every language's, or ``lang``'s)."""
-        self.data_dir = data_dir
-        self.rank_weight = rank_weight
+        self.index = index
         self.fields = list(fields)
         self.boosts = {f: b for f, b in (boosts or schema.BOOSTS).items() if f in self.fields}
         self.stemmed = stemmed
-        count = crawl_count(data_dir)
-        self.indexes: list[tuple[int, tantivy.Index]] = []
-        for i in range(count):
-            index = schema.open_index(schema.search_dir(shard_dir(data_dir, i, count)),
-                                      create=False)
-            if index is not None:
-                self.indexes.append((i, index))
-        if not self.indexes:
+        self._docs: list[Any] = []  # the documents of the last answer
+        self._searcher: Any = None  # the index snapshot they came from
+
+    def parse(self, text: str, host: str | None, lang: str | None) -> tantivy.Query:
+        fields, boosts = list(self.fields), dict(self.boosts)
+        if self.stemmed:
+            stems = ([f] if lang and (f := schema.stem_field(lang.lower())) else
+                     [] if lang else [f"stem_{code}" for code in schema.STEMMERS])
+            fields += stems
+            boosts.update(dict.fromkeys(stems, schema.STEM_BOOST))
+        try:
+            query = self.index.parse_query(text, fields, field_boosts=boosts,
+                                           conjunction_by_default=True)
+        except ValueError as exc:
+            message = " ".join(str(exc).split())
+            raise QueryError(f"search: cannot read the query: {message}") from None
+        must = [(tantivy.Occur.Must, query)]
+        s = self.index.schema
+        if host:
+            must.append((tantivy.Occur.Must, tantivy.Query.term_query(s, "host", host.lower())))
+        if lang:
+            must.append((tantivy.Occur.Must, tantivy.Query.term_query(s, "lang", lang.lower())))
+        return query if len(must) == 1 else tantivy.Query.boolean_query(must)
+
+    def candidates(self, text: str, host: str | None, lang: str | None,
+                   n: int) -> tuple[int, list[Candidate]]:
+        """(pages matching, the best ``n`` of them by BM25)."""
+        query = self.parse(text, host, lang)
+        self._searcher = self.index.searcher()
+        result = self._searcher.search(query, n, count=True)
+        out: list[Candidate] = []
+        self._docs = []
+        for bm25, address in result.hits:
+            doc = self._searcher.doc(address)
+            out.append(Candidate(
+                bm25=bm25, key=bytes.fromhex(str(doc.get_first("key"))),
+                url=doc.get_first("url"), title=doc.get_first("title") or "",
+                host=doc.get_first("host") or "", lang=doc.get_first("lang") or "",
+                fetched=float(doc.get_first("fetched") or 0.0),
+                simhash=int(doc.get_first("simhash") or 0), number=len(out)))
+            self._docs.append(doc)
+        return getattr(result, "count", None) or 0, out  # (count: not in tantivy's stubs)
+
+    def snippets(self, text: str, host: str | None, lang: str | None,
+                 numbers: list[int]) -> list[tuple[str, list[tuple[int, int]]]]:
+        """(snippet, highlighted character ranges) of candidates of the last answer."""
+        if not numbers:
+            return []
+        gen = tantivy.SnippetGenerator.create(self._searcher, self.parse(text, host, lang),
+                                              self.index.schema, "body")
+        gen.set_max_num_chars(SNIPPET_CHARS)
+        out = []
+        for number in numbers:
+            doc = self._docs[number]
+            snippet = gen.snippet_from_doc(doc)
+            fragment = snippet.fragment()
+            if fragment.strip():
+                out.append((fragment, _char_ranges(fragment, snippet.highlighted())))
+            else:  # no query word in the text (a title, URL or anchor match)
+                body = doc.get_first("description") or doc.get_first("body") or ""
+                out.append((body[:SNIPPET_CHARS], []))
+        return out
+
+
+class Searcher:
+    """The search indexes of a crawl (every shard's that exists here, or on Ray every
+    shard's through its actor), read-only. A context manager."""
+
+    def __init__(self, data_dir: str, *, rank_weight: float = DEFAULT_RANK_WEIGHT,
+                 fields: Sequence[str] = schema.QUERY_FIELDS,
+                 boosts: Mapping[str, float] | None = None, stemmed: bool = True,
+                 shards: Sequence[tuple[int, Any]] | None = None) -> None:
+        """``fields`` and ``boosts``: where a query's words are looked for and their
+        weights (crawler.search.schema's by default; tools/bench_search.py varies them);
+        ``stemmed``: also in the stemmed fields (every language's, or ``lang``'s).
+        ``shards``: (shard, searcher) pairs to ask instead of this machine's indexes
+        (crawler.search.onray gives Ray actors)."""
+        self.data_dir = data_dir
+        self.rank_weight = rank_weight
+        if shards is None:
+            count = crawl_count(data_dir)
+            found = []
+            for i in range(count):
+                index = schema.open_index(schema.search_dir(shard_dir(data_dir, i, count)),
+                                          create=False)
+                if index is not None:
+                    found.append((i, _Local(ShardSearcher(index, fields=fields, boosts=boosts,
+                                                          stemmed=stemmed))))
+            shards = found
+        self.shards = list(shards)
+        if not self.shards:
             raise DataDirError(f"{data_dir}: no search index; make one with: python -m "
                                f"crawler index {data_dir}")
         self.ranks = RankStore.open(data_dir)
@@ -157,87 +251,64 @@ class Searcher:
             return 1.0
         return 1.0 + self.rank_weight * math.log2(1.0 + self.ranked * pagerank)
 
-    def _parse(self, index: tantivy.Index, text: str, host: str | None,
-               lang: str | None) -> tantivy.Query:
-        fields, boosts = list(self.fields), dict(self.boosts)
-        if self.stemmed:
-            stems = ([f] if lang and (f := schema.stem_field(lang.lower())) else
-                     [] if lang else [f"stem_{code}" for code in schema.STEMMERS])
-            fields += stems
-            boosts.update(dict.fromkeys(stems, schema.STEM_BOOST))
-        try:
-            query = index.parse_query(text, fields, field_boosts=boosts,
-                                      conjunction_by_default=True)
-        except ValueError as exc:
-            message = " ".join(str(exc).split())
-            raise QueryError(f"search: cannot read the query: {message}") from None
-        must = [(tantivy.Occur.Must, query)]
-        s = index.schema
-        if host:
-            must.append((tantivy.Occur.Must, tantivy.Query.term_query(s, "host", host.lower())))
-        if lang:
-            must.append((tantivy.Occur.Must, tantivy.Query.term_query(s, "lang", lang.lower())))
-        return query if len(must) == 1 else tantivy.Query.boolean_query(must)
-
     def search(self, text: str, *, limit: int = DEFAULT_LIMIT, host: str | None = None,
                lang: str | None = None) -> Results:
         started = time.perf_counter()
         check_query(text)
         candidates = max(limit * 5, MIN_CANDIDATES)
-        pool: list[tuple[float, float, int, Any, Any]] = []
+        pool: list[tuple[float, float | None, int, Candidate]] = []
         matches = 0
-        for shard, index in self.indexes:
-            query = self._parse(index, text, host, lang)
-            searcher = index.searcher()
-            result = searcher.search(query, candidates, count=True)
-            matches += getattr(result, "count", None) or 0  # (not in tantivy's stubs)
-            for bm25, address in result.hits:
-                doc = searcher.doc(address)
-                key = bytes.fromhex(str(doc.get_first("key")))
-                rank = self.ranks.get(key) if self.ranks is not None else None
+        answers = [(shard, s.ask_candidates(text, host, lang, candidates))
+                   for shard, s in self.shards]  # on Ray: every shard asked at once
+        for shard, answer in answers:
+            count, found = answer()
+            matches += count
+            for c in found:
+                rank = self.ranks.get(c.key) if self.ranks is not None else None
                 pr = rank.raw if rank is not None else None
-                pool.append((bm25 * self.prior(pr), bm25, shard, doc, pr))
-        pool.sort(key=lambda c: -c[0])
+                pool.append((c.bm25 * self.prior(pr), pr, shard, c))
+        pool.sort(key=lambda c: (-c[0], c[3].url))  # ties by URL: the same order on any build
         hits: list[Hit] = []
-        docs: list[Any] = []
-        for score, bm25, shard, doc, pr in pool:
-            sim = int(doc.get_first("simhash") or 0)
-            twin = next((h for h in hits if sim and h.simhash and near(sim, h.simhash)), None)
+        numbers: dict[int, list[int]] = {}
+        for score, pr, shard, c in pool:
+            twin = next((h for h in hits if c.simhash and h.simhash
+                         and near(c.simhash, h.simhash)), None)
             if twin is not None:
-                twin.duplicates.append(doc.get_first("url"))
+                twin.duplicates.append(c.url)
             elif len(hits) < limit:
-                hits.append(Hit(
-                    url=doc.get_first("url"), title=doc.get_first("title") or "",
-                    snippet="", highlights=[], score=score, bm25=bm25, pagerank=pr,
-                    host=doc.get_first("host") or "", lang=doc.get_first("lang") or "",
-                    fetched=float(doc.get_first("fetched") or 0.0), shard=shard,
-                    simhash=sim))
-                docs.append(doc)
-        self._snippets(hits, docs, text, host, lang)
+                hits.append(Hit(url=c.url, title=c.title, snippet="", highlights=[],
+                                score=score, bm25=c.bm25, pagerank=pr, host=c.host,
+                                lang=c.lang, fetched=c.fetched, shard=shard,
+                                simhash=c.simhash))
+                numbers.setdefault(shard, []).append(c.number)
+        by_shard = dict(self.shards)
+        asked = [(shard, by_shard[shard].ask_snippets(text, host, lang, nums))
+                 for shard, nums in numbers.items()]
+        for shard, answer in asked:
+            mine = [h for h in hits if h.shard == shard]
+            for hit, (snippet, ranges) in zip(mine, answer(), strict=True):
+                hit.snippet, hit.highlights = snippet, ranges
         return Results(text, matches, hits, time.perf_counter() - started)
 
-    def _snippets(self, hits: list[Hit], docs: list[Any], text: str, host: str | None,
-                  lang: str | None) -> None:
-        generators: dict[int, Any] = {}
-        by_shard = dict(self.indexes)
-        for hit, doc in zip(hits, docs, strict=True):
-            gen = generators.get(hit.shard)
-            if gen is None:
-                index = by_shard[hit.shard]
-                gen = tantivy.SnippetGenerator.create(
-                    index.searcher(), self._parse(index, text, host, lang), index.schema,
-                    "body")
-                gen.set_max_num_chars(SNIPPET_CHARS)
-                generators[hit.shard] = gen
-            snippet = gen.snippet_from_doc(doc)
-            fragment = snippet.fragment()
-            if fragment.strip():
-                hit.snippet = fragment
-                hit.highlights = _char_ranges(fragment, snippet.highlighted())
-            else:  # no query word in the text (a title, URL or anchor match)
-                body = doc.get_first("description") or doc.get_first("body") or ""
-                hit.snippet = body[:SNIPPET_CHARS]
+
+class _Local:
+    """A ShardSearcher asked in this process. A shard is asked through ``ask_*``, which
+    return a function giving the answer: here at once; on Ray (crawler.search.onray)
+    when the actor's answer arrives, so every shard works at the same time."""
+
+    def __init__(self, searcher: ShardSearcher) -> None:
+        self.searcher = searcher
+
+    def ask_candidates(self, text: str, host: str | None, lang: str | None,
+                       n: int) -> Callable[[], tuple[int, list[Candidate]]]:
+        answer = self.searcher.candidates(text, host, lang, n)
+        return lambda: answer
+
+    def ask_snippets(self, text: str, host: str | None, lang: str | None, numbers: list[int],
+                     ) -> Callable[[], list[tuple[str, list[tuple[int, int]]]]]:
+        answer = self.searcher.snippets(text, host, lang, numbers)
+        return lambda: answer
 
 
-__all__ = ["DEFAULT_LIMIT", "DEFAULT_RANK_WEIGHT", "Hit", "QueryError", "Results",
-           "Searcher", "check_query"]
+__all__ = ["DEFAULT_LIMIT", "DEFAULT_RANK_WEIGHT", "Candidate", "Hit", "QueryError",
+           "Results", "Searcher", "ShardSearcher", "check_query"]

@@ -61,7 +61,7 @@ def _analyzer(language: str) -> tantivy.TextAnalyzer:
             .filter(tantivy.Filter.stemmer(language)).build())
 
 
-def _register(index: tantivy.Index) -> tantivy.Index:
+def register(index: tantivy.Index) -> tantivy.Index:
     """The stemming analyzers, which tantivy keeps in memory only: registered at every
     open, before any document is written or query parsed."""
     for code, language in STEMMERS.items():
@@ -104,7 +104,7 @@ def open_index(directory: str, *, create: bool) -> tantivy.Index | None:
     path = os.path.join(directory, TANTIVY_DIR)
     if index_exists(directory):
         try:
-            return _register(tantivy.Index.open(path))
+            return register(tantivy.Index.open(path))
         except (ValueError, OSError) as exc:  # a file of it cut, removed, not tantivy's
             message = " ".join(str(exc).split())[:300]
             raise DataDirError(f"{path}: the search index is damaged ({message}); rebuild "
@@ -112,9 +112,9 @@ def open_index(directory: str, *, create: bool) -> tantivy.Index | None:
     if not create:
         return None
     os.makedirs(path, exist_ok=True)
-    return _register(tantivy.Index(build_schema(), path=path))
+    return register(tantivy.Index(build_schema(), path=path))
 
 
 __all__ = ["ANCHORS_DIR", "BOOSTS", "FORMAT", "LOCK", "QUERY_FIELDS", "SEARCH_DIR", "STATE",
-           "STEMMERS", "STEM_BOOST", "build_schema", "index_exists", "open_index", "search_dir",
-           "stem_field"]
+           "STEMMERS", "STEM_BOOST", "build_schema", "index_exists", "open_index", "register",
+           "search_dir", "stem_field"]

@@ -1,0 +1,112 @@
+"""``index --ray`` and ``search --ray`` on a crawl that ran on Ray: each shard's work in an
+actor on its node (a real local cluster), equal to the same crawl indexed and searched
+in one process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import tantivy
+from crawl_helpers import REPO
+from test_ray import MakeWeb, ray_args, ray_head  # noqa: F401 (ray_head: the fixture)
+
+import kvstore
+from crawler.search import schema
+from crawler.state.shards import shard_dir
+
+pytest.importorskip("ray", reason="the [ray] extra is not installed")  # CI installs it
+
+SHARDS = 2
+
+
+def shard_documents(data: Path, shard: int) -> dict[str, tuple[object, ...]]:
+    """Every document of one shard's index, by key: its stored fields, anchors included."""
+    index = schema.open_index(schema.search_dir(shard_dir(str(data), shard, SHARDS)),
+                              create=False)
+    assert index is not None
+    searcher = index.searcher()
+    hits = searcher.search(tantivy.Query.all_query(), limit=100_000).hits
+    out = {}
+    for _, address in hits:
+        d = searcher.doc(address).to_dict()
+        out[d["key"][0]] = tuple(d.get(f, [None])[0] for f in (
+            "url", "title", "description", "body", "lang", "simhash", "fetched"))
+    return out
+
+
+def shard_anchors(data: Path, shard: int) -> dict[bytes, bytes]:
+    """One shard's anchor store: target key -> the texts of the links to it."""
+    path = Path(schema.search_dir(shard_dir(str(data), shard, SHARDS))) / schema.ANCHORS_DIR
+    with kvstore.open(path, readonly=True) as store:
+        return dict(store.items())
+
+
+def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["python", "-m", "crawler", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=240, check=False)
+
+
+def test_index_and_search_on_ray_equal_one_process(
+        make_testweb: MakeWeb, tmp_path: Path, ray_head: tuple[str, dict[str, str]]) -> None:  # noqa: F811
+    web = make_testweb(pages=300, hosts=6, seed=5, crawl_delay=0.0)
+    data = tmp_path / "c"
+    head, env = ray_head
+    done = subprocess.run(ray_args(web, data, head, SHARDS, "--per-host", "2", "--delay", "0"),
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    here = tmp_path / "here"
+    shutil.copytree(data, here)  # the same crawl, indexed and searched in one process
+
+    ran = cli(["index", str(data), "--ray", head, "--json", "--workers", "2"], env)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    on_ray = json.loads(ran.stdout)
+    ran = cli(["index", str(here), "--json", "--workers", "1"], env)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    local = json.loads(ran.stdout)
+    for name in ("shards", "read", "indexed", "documents", "rebuilt", "removed", "skipped"):
+        assert on_ray[name] == local[name], name
+    assert on_ray["documents"] > 100 and on_ray["shards"] == SHARDS
+    for shard in range(SHARDS):
+        assert shard_documents(data, shard) == shard_documents(here, shard)
+        # the texts of links to its pages, from the other shard's pages too
+        mine = shard_anchors(data, shard)
+        assert mine == shard_anchors(here, shard) and len(mine) > 50
+    # the anchors field is indexed, not stored: a page found by the words of the links
+    # to it, on both, equally (checked with the queries below)
+
+    # queries: the words of some pages' titles; every answer equal, scores included
+    titles = sorted({str(d[1]) for d in shard_documents(here, 0).values() if d[1]})[:6]
+    assert titles
+    for text in titles + [titles[0].split()[0], f'"{titles[1]}"']:
+        a = cli(["search", str(data), text, "--ray", head, "--json", "--limit", "20"], env)
+        b = cli(["search", str(here), text, "--json", "--limit", "20"], env)
+        assert a.returncode == 0 and b.returncode == 0, a.stderr[-2000:] + b.stderr[-2000:]
+        got, want = json.loads(a.stdout), json.loads(b.stdout)
+        assert got["matches"] == want["matches"] > 0
+        for x, y in zip(got["hits"], want["hits"], strict=True):
+            x.pop("shard"), y.pop("shard")
+            assert x == y
+        assert {h["shard"] for h in json.loads(a.stdout)["hits"]} <= set(range(SHARDS))
+
+    # a bad query is one line, parsed on the driver; a second index run reads nothing
+    bad = cli(["search", str(data), 'title:"open', "--ray", head], env)
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "cannot read the query" in bad.stderr
+    again = cli(["index", str(data), "--ray", head, "--json"], env)
+    assert again.returncode == 0 and json.loads(again.stdout)["read"] == 0, again.stderr[-2000:]
+
+
+def test_ray_options_on_a_crawl_that_did_not_run_on_ray_are_one_line(
+        tmp_path: Path, ray_head: tuple[str, dict[str, str]]) -> None:  # noqa: F811
+    head, env = ray_head
+    data = tmp_path / "c"
+    (data / "main").mkdir(parents=True)  # a crawl directory of one process, never on Ray
+    for command in (["index", str(data)], ["search", str(data), "word"]):
+        ran = cli([*command, "--ray", head], env)
+        assert ran.returncode != 0
+        assert ran.stderr.strip().splitlines() == [
+            f"crawler: error: {data}: not a crawl that ran on Ray (no ray.json); leave out --ray"]
