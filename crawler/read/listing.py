@@ -21,6 +21,11 @@ decode as a page record is *skipped with a warning* (logged with its key and
 the cause, counted in ``skipped``), because one bad record must not make a
 whole crawl unreadable; with ``strict=True`` it raises ``DataDirError``
 instead. ``python -m kvstore verify DIR/main`` reports every damaged record.
+Without the body (``with_body=False``: rank, links, report, ``status --recount``)
+only a record's first bytes are read (crawler.state.pages.read_page_head), and its
+CRC, which covers the whole record, is checked only when they hold all of it: damage
+in a body is then not seen (a garbled header or link section still fails to decode
+where it would before); reading the body (pages, show, export) or ``verify`` finds it.
 
 The rest is pure rendering: the ``python -m crawler pages`` line, what
 ``show`` prints, and :func:`visible_text` (JSONL ``--text``): lxml's HTML
@@ -39,13 +44,14 @@ import os
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from functools import partial
 
 import numpy as np
 
 import kvstore
 
 from ..exceptions import CrawlerError, DataDirError
-from ..state.pages import PageRecord, decode_page
+from ..state.pages import PageRecord, decode_page, read_page_head
 from ..state.shards import crawl_count, owner, shard_dir
 from ..web.links import is_html, sniff_charset
 from ..web.pagemeta import PageMeta, read_html
@@ -162,7 +168,9 @@ class CrawlReader:
         store = self.stores[shard]
         assert store is not None
         try:
-            return decode_page(store[key], with_body=with_body)
+            if not with_body:  # the header and links only: the record's first KiBs
+                return read_page_head(partial(store.get_prefix, key), with_links=True)
+            return decode_page(store[key])
         except KeyError:  # cannot happen in MainDB (nothing is deleted), but harmless
             return None
         except (kvstore.exceptions.CorruptStoreError, CrawlerError, ValueError, TypeError,

@@ -16,7 +16,9 @@ still written as version 2, so a crawl without rendering stays readable by a
 crawler that predates it (which refuses a version 3 record as newer). The
 links are binary, beside the JSON, because a page has tens of them and they
 are read in bulk (the link graph, PageRank): 17 bytes a link, sliced out
-without parsing anything.
+without parsing anything. The header and links come first so that a reader of
+outcomes or links (retry, recrawl, status --recount, rank) reads a record's first
+few KiB (``read_page_head`` over kvstore's ``get_prefix``), never its body.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -195,6 +197,58 @@ def decode_page(data: bytes, *, with_body: bool = True) -> PageRecord:
     raw = data[end:]
     body = zlib.decompress(raw) if (with_body and raw) else b""
     return PageRecord(**head, links=links, dom=dom, body=body)
+
+
+def decode_page_head(prefix: bytes, *, with_links: bool = False) -> PageRecord | int:
+    """The record whose first bytes are ``prefix``, without its body and DOM (empty), and
+    without its links unless ``with_links``; or, when ``prefix`` is too short to hold
+    those, the number of bytes it needs (an int: ask for that many and call again). The
+    JSON header's length is in the fixed head, the link count after the header, so at
+    most two reads are needed. Raises CrawlerError (or ValueError, TypeError for a bad
+    header) as decode_page does."""
+    if len(prefix) < _HEAD.size:
+        return _HEAD.size
+    magic, version, hlen = _HEAD.unpack_from(prefix)
+    if magic != _MAGIC:
+        raise CrawlerError(f"not a page record (magic {magic!r})")
+    if version > _VERSION:
+        raise CrawlerError(f"page record version {version} is newer than this crawler reads")
+    end = _HEAD.size + int(hlen)
+    links_at = need = end
+    if with_links and version >= 2:
+        need = end + _COUNT.size
+        if len(prefix) >= need:
+            (n,) = _COUNT.unpack_from(prefix, end)
+            links_at, need = need, need + int(n) * LINK_SIZE
+    if len(prefix) < need:
+        return need
+    head = json.loads(prefix[_HEAD.size : end])
+    return PageRecord(**head, links=prefix[links_at:need])
+
+
+# A record's first read: one page (seedscale's header and links: 0.9 KB median, 1.2 KB max);
+# half that without the links (its JSON header alone: ~0.4 KB).
+HEAD_READ = 4096
+HEADER_READ = 2048
+
+
+def read_page_head(read: Callable[[int], bytes], *, with_links: bool = False,
+                   first: int | None = None) -> PageRecord:
+    """decode_page_head over ``read(n)``, the first ``n`` bytes of a record (all of it if
+    shorter: kvstore's ``Store.get_prefix``): one read of ``first`` bytes (HEAD_READ with
+    the links, else HEADER_READ), a second only for a record whose header (and links) are
+    longer. Raises CrawlerError for a record shorter than its own head says."""
+    if first is None:
+        first = HEAD_READ if with_links else HEADER_READ
+    data = read(first)
+    page = decode_page_head(data, with_links=with_links)
+    if isinstance(page, int) and len(data) >= first:  # more of the record is there
+        data = read(page)
+        page = decode_page_head(data, with_links=with_links)
+    if isinstance(page, int):
+        raise CrawlerError(f"page record of {len(data)} bytes is cut in its header or links "
+                           f"(they end at byte {page})")
+    return page
 
 
 class Pending(NamedTuple):

@@ -45,6 +45,13 @@ so records can be deleted while the walk goes on; memory holds one chunk and
 the url_keys of the live bulks (a KeySet, 16 bytes a key). A damaged record is
 skipped with a warning and counted (``python -m kvstore verify`` names it).
 
+Selecting reads only each record's head (its first 4 KiB: the JSON header,
+crawler.state.pages.read_page_head over kvstore's get_prefix), never a body. The
+CRC covers the whole record, so a real run reads each record it picks whole
+before it touches anything (a record damaged anywhere is left alone, as before);
+a dry run does not, so it counts a record whose body alone is damaged among those
+it would re-queue, and the real run then leaves it alone as damaged.
+
 Every store of every shard is opened for writing before anything is changed:
 their writer locks keep a crawl out while the retry runs, and a crawl already
 running makes the open fail (DataDirError) with nothing changed. A sharded
@@ -61,6 +68,7 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -72,7 +80,7 @@ from ..exceptions import CrawlerError, DataDirError, URLError
 from ..web.urls import host_key, host_of, parse, url_key
 from .badhosts import BAD_HOSTS_NAME
 from .frontier import DEFAULT_BULK_SIZE
-from .pages import PageRecord, Pending, decode_bulk, decode_page, encode_bulk
+from .pages import PageRecord, Pending, decode_bulk, encode_bulk, read_page_head
 from .robotsstore import ROBOTS_STORE_NAME, store_key
 from .shards import shard_dirs
 from .tally import Tally, shard_stamp, stale_reason, write_counts
@@ -255,14 +263,17 @@ def _requeue_shard(shard: _Shard, selection: Selection, report: RetryReport, chu
     main = shard.main
     assert main is not None  # dirs were chosen for their main/
     for key in main:
-        try:
-            page = decode_page(main[key], with_body=False)
+        try:  # the header is enough to select: the body is not read
+            page = read_page_head(partial(main.get_prefix, key))
+            picked = selection.matches(page)
+            if picked and not shard.readonly:
+                main[key]  # read whole, CRC-checked: a damaged record is left alone
         except (kvstore.exceptions.CorruptStoreError, CrawlerError, ValueError, TypeError) as exc:
             # as crawler.read.listing: ValueError is bad JSON or UTF-8, TypeError unknown fields
             report.damaged += 1
             log.warning("%s: record %s is damaged, left alone: %s", shard.data_dir, key.hex(), exc)
             continue
-        if selection.matches(page):
+        if picked:
             batch.append((key, page))
             if len(batch) >= chunk:
                 _write_chunk(shard, batch, report, cleared)
