@@ -95,6 +95,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=None,
                    help="a port in every URL (a loopback test web's); default none")
     p.add_argument("--weeks", type=float, default=6.0, help="fetch times span this")
+    p.add_argument("--pad", type=int, default=0, metavar="BYTES",
+                   help="incompressible text added to each HTML body (default 0: 0.6 KB "
+                   "compressed bodies; 16000 gives ~8 KB, a realistic compressed page)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p.parse_args(argv)
 
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     hosts = args.hosts or max(1, round(ORIGINAL_HOSTS * args.pages / ORIGINAL_PAGES))
     shape = Shape(pages=args.pages, pending=args.pending, hosts=hosts, shards=args.shards,
-                  seed=args.seed, port=args.port, weeks=args.weeks)
+                  seed=args.seed, port=args.port, weeks=args.weeks, pad=args.pad)
     started = time.perf_counter()
     shards = build_crawl(shape, args.data, jobs=args.jobs, verbose=not args.quiet)
     summary = summarize(shape, args.data, shards, time.perf_counter() - started)
