@@ -880,3 +880,25 @@ def test_stamp_changes_with_every_write_and_a_compaction_and_only_then(tmp_path:
         assert after is not None and after[0] == db.versions()[0] != first[0]
     with kvstore.open(path, readonly=True):
         assert kvstore.stamp(str(path)) == after  # opening and closing write nothing
+
+
+def test_iteration_follows_the_val_file(tmp_path: Path) -> None:
+    """Keys come in the order their records lie in the VAL file (the last write of each),
+    so a loop reading every value reads the file front to back; before and after a
+    reopen and a compaction."""
+    keys = [hashlib.md5(str(i).encode()).digest() for i in range(2000)]
+    with kvstore.open(tmp_path / "db") as db:
+        for k in keys:
+            db[k] = b"v" * 10
+        moved = keys[::7]
+        for k in moved:  # written again: their records are now at the end
+            db[k] = b"w" * 10
+        for k in keys[1::7]:
+            del db[k]
+        want = [k for k in keys if k not in set(moved) | set(keys[1::7])] + moved
+        assert list(db) == want
+        assert [k for k, _ in db.items()] == want
+    with kvstore.open(tmp_path / "db") as db:
+        assert list(db) == want
+        db.compact()
+        assert list(db) == want  # a compaction copies the live records in that order
