@@ -12,8 +12,7 @@ journaled) and, per shard owning the targets, the *anchor lines* of its links
 written to the index in file order whatever finished first. Small runs (one task) and
 ``workers=1`` read in the calling process: same files, no pool.
 
-Thread safety: a task touches only its own files; the cache of link targets is a
-process's own (a dict: a lost entry is only computed again).
+Thread safety: a task touches only its own files.
 """
 
 from __future__ import annotations
@@ -82,64 +81,15 @@ def anchor_lines(page: PageRecord, text: PageText, count: int,
     # flag, as the crawler followed it); such links vouch for nothing
     nofollow = {key for key, flags in page.link_list() if flags & NOFOLLOW}
     base = text.base or page.final_url or page.url
-    folder = _folder(base)
     for href, words in text.links:
-        # a menu's links, written alike on every page of a folder, resolve alike: the
-        # cache saves most of the resolving, hashing and routing
-        cached = _cache_key(href, base, folder, count)
-        found = _TARGETS.get(cached) if cached is not None else None
-        if found is None:
-            found = _target(href, base, count)
-            if cached is not None:
-                if len(_TARGETS) >= _TARGETS_MAX:
-                    _TARGETS.clear()
-                _TARGETS[cached] = found
-        key, dest = found
-        if key and key != own and key not in nofollow and dest in live:
+        try:
+            target = normalize(href, base)
+        except URLError:
+            continue  # another scheme, a bad host, too long: not a page of a crawl
+        key = url_key(target)
+        dest = owner(host_of(target), count) if count > 1 else 0
+        if key != own and key not in nofollow and dest in live:
             yield dest, key.hex().encode("ascii") + b"\t" + words.encode("utf-8") + b"\n"
-
-
-_TARGETS: dict[tuple[int, str, str], tuple[bytes, int]] = {}  # (count, folder, href) -> _target
-_TARGETS_MAX = 1 << 16
-
-
-def _folder(base: str) -> str:
-    """What resolving a reference that is not only a query or a fragment depends on in
-    ``base``: its scheme, authority and path up to the last "/" ("" when unsure)."""
-    cut = base.split("#", 1)[0].split("?", 1)[0]
-    start = cut.find("://")
-    if start <= 0:
-        return ""
-    slash = cut.rfind("/")
-    return cut[:slash + 1] if slash > start + 2 else cut + "/"
-
-
-def _cache_key(href: str, base: str, folder: str,
-               count: int) -> tuple[int, str, str] | None:
-    """What the target of ``href`` on a page at ``base`` depends on, or None when unsure
-    (then it is not cached). A fragment never matters: a normalized URL has none."""
-    ref = href.partition("#")[0]
-    if not ref:  # the page itself (a link within it)
-        return count, base.partition("#")[0], ""
-    if ref[0] == "?":
-        return count, base.partition("#")[0].partition("?")[0], ref
-    scheme, colon, rest = ref.partition(":")
-    if colon and "/" not in scheme:  # "http://host/...": the base does not matter...
-        # ...unless it is "http:path" (same scheme, no authority): relative; not cached
-        return (count, "", ref) if rest.startswith("//") and scheme.isalpha() else None
-    if folder and (ref[0].isalnum() or ref[0] in "./"):
-        return count, folder, ref
-    return None
-
-
-def _target(href: str, base: str, count: int) -> tuple[bytes, int]:
-    """(the link's URL key, its owning shard), or (b"", -1) when it is not a page of a
-    crawl (another scheme, a bad host, too long)."""
-    try:
-        target = normalize(href, base)
-    except URLError:
-        return b"", -1
-    return url_key(target), owner(host_of(target), count) if count > 1 else 0
 
 
 def read_task(task: Task, reader: CrawlReader) -> Part:

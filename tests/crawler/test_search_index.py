@@ -15,8 +15,6 @@ from collections import defaultdict
 from pathlib import Path
 from urllib.parse import urljoin
 
-import hypothesis
-import hypothesis.strategies as st
 import lxml.html
 import numpy as np
 import pytest
@@ -26,7 +24,7 @@ from crawl_helpers import REPO, cli_args, run_cli, run_crawl, start_cli
 import kvstore
 from crawler.exceptions import DataDirError, URLError
 from crawler.read.listing import CrawlReader
-from crawler.search import reading, schema
+from crawler.search import schema
 from crawler.search.indexer import MAX_ANCHOR_BYTES, SEPARATOR, ShardIndex, index_crawl
 from crawler.search.query import Searcher
 from crawler.search.versions import DTYPE, JOURNAL, Versions
@@ -272,31 +270,3 @@ def test_kvstore_versions_change_with_a_write_and_a_compaction(tmp_path: Path) -
     with kvstore.open(tmp_path / "db", readonly=True) as ro:
         g, keys, vers = ro.versions()
         assert (g, [bytes(k) for k in keys]) == (gen + 1, [b"a" * 16])
-
-
-_REF_PARTS = st.sampled_from([
-    "", "a", "b.html", "../", "./", "..", "/", "//", "//h2/", "?q=1", "#f", "%41", " ", "\t",
-    "http:", "HTTP:", "https://h/", "mailto:", "a:b", ":", "x/y", "@", "h"])
-_BASES = st.builds(
-    lambda scheme, host, path, query, frag: f"{scheme}://{host}{path}{query}{frag}",
-    st.sampled_from(["http", "https"]), st.sampled_from(["h", "h:8080", "g", "H"]),
-    st.sampled_from(["", "/", "/a", "/a/", "/a/b.html", "/a/b/c", "/x/../y"]),
-    st.sampled_from(["", "?", "?q=/z", "?q=2"]), st.sampled_from(["", "#", "#/f"]))
-
-
-@hypothesis.settings(max_examples=300, deadline=None)
-@hypothesis.given(st.lists(st.lists(_REF_PARTS, max_size=4).map("".join), min_size=1,
-                           max_size=5),
-                  st.lists(_BASES, min_size=2, max_size=12), st.sampled_from([1, 2, 3]))
-def test_a_link_target_found_in_the_cache_is_the_one_resolving_gives(
-        hrefs: list[str], bases: list[str], count: int) -> None:
-    """The indexer remembers each link's target by what the target depends on (the
-    page's folder, or the page itself for "?" and "#" links): whatever pages a link was
-    met on, what the cache gives is what resolving the link on this page gives."""
-    seen: dict[tuple[int, str, str], tuple[bytes, int]] = {}
-    for href in hrefs:
-        for base in bases:
-            direct = reading._target(href, base, count)
-            cached = reading._cache_key(href, base, reading._folder(base), count)
-            if cached is not None:
-                assert seen.setdefault(cached, direct) == direct, (href, base, cached)
