@@ -1,0 +1,49 @@
+"""Smoke tests of the scan benchmarks (tools/bench_status.py, tools/bench_headread.py): each
+runs end to end on a small synthetic crawl and reports what the crawler's own commands
+say of it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT = 300
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=TIMEOUT, check=False)
+
+
+def test_bench_status_counts_the_same_from_counters_and_a_scan(tmp_path: Path) -> None:
+    done = run("tools/bench_status.py", "--pages", "1500", "--pending", "300", "--workdir",
+               str(tmp_path), "--repeat", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["pages"] == 1500 and out["pending"] > 0
+    assert out["same_numbers"] is True and out["counts_from"] == "counters"
+    assert out["counters_s"] > 0 and out["recount_s"] > 0
+
+
+def test_bench_headread_runs_both_dry_runs_in_every_checkout(tmp_path: Path) -> None:
+    data = tmp_path / "crawl"
+    built = run("tools/seedscale.py", "--pages", "1200", "--pending", "800", "--data", str(data),
+                "--quiet")
+    assert built.returncode == 0, built.stderr[-3000:]
+    out = tmp_path / "result.json"
+    done = run("tools/bench_headread.py", "--data", str(data), "--tree", f"a={REPO}", "--tree",
+               f"b={REPO}", "--runs", "1", "--cold", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert {(r["command"].split()[0], r["tree"]) for r in rows} == {
+        ("retry", "a"), ("retry", "b"), ("recrawl", "a"), ("recrawl", "b")}
+    for r in rows:  # each run is the real command: its own summary line, the same in both
+        assert r["median_s"] > 0 and r["output"].startswith(r["command"].split()[0])
+        assert "would re-queue" in r["output"]
+    by_command: dict[str, set[str]] = {}
+    for r in rows:
+        by_command.setdefault(r["command"], set()).add(r["output"])
+    assert all(len(outputs) == 1 for outputs in by_command.values())
