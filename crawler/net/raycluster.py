@@ -19,9 +19,11 @@ from ..exceptions import CrawlerError
 NAMESPACE = "kvcrawl"  # every actor of ours is in it
 
 
-def connect(address: str) -> None:
-    """Join the cluster at ``address`` (``local``, ``auto``, ``HOST:PORT``). Raises
-    CrawlerError, one line, when it cannot be reached."""
+def connect(address: str, *, quiet: bool = False) -> None:
+    """Join the cluster at ``address`` (``local``, ``auto``, ``HOST:PORT``). ``quiet``:
+    the actors' output is not copied to this process's stderr (a command whose errors
+    are one line; a crawl's driver shows its actors' logs). Raises CrawlerError, one
+    line, when the cluster cannot be reached."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # never report home
     if address == "local":
         # Ray's switch for one-machine clusters: every server binds 127.0.0.1 (read
@@ -29,7 +31,8 @@ def connect(address: str) -> None:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
-    kwargs: dict[str, Any] = {"namespace": NAMESPACE, "configure_logging": False}
+    kwargs: dict[str, Any] = {"namespace": NAMESPACE, "configure_logging": False,
+                              "log_to_driver": not quiet}
     if address == "local":
         kwargs.update(
             address="local",

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -93,9 +94,20 @@ def _get(refs: Any) -> Any:
     except ray.exceptions.RayError as exc:
         cause = getattr(exc, "cause", None)
         if isinstance(cause, CrawlerError):
-            raise type(cause)(str(cause)) from None
+            try:  # its own class (the CLI's exit code follows it), if it takes a message
+                again = type(cause)(str(cause))
+            except TypeError:
+                again = CrawlerError(str(cause))
+            raise again from None
+        # an actor that died in its constructor: Ray gives the traceback as text
+        ours = _OUR_ERROR.findall(str(exc))
+        if ours:
+            raise CrawlerError(ours[-1].strip().strip("'\"")) from None
         lines = [ln for ln in str(exc).splitlines() if ln.strip()]
         raise CrawlerError(f"a shard's actor failed: {lines[-1] if lines else exc!r}") from None
+
+
+_OUR_ERROR = re.compile(r"crawler\.exceptions\.\w+: ([^\n]+)")
 
 
 def _actors(data_dir: str, cls: type, *args: Any) -> list[tuple[int, Any]]:
@@ -175,7 +187,7 @@ def index_on_ray(data_dir: str, address: str, *, batch: int = DEFAULT_BATCH,
     the shards' nodes (see the module docstring)."""
     started = time.monotonic()
     _placement(data_dir)  # a crawl that did not run on Ray: one line, before connecting
-    connect(address)
+    connect(address, quiet=True)
     try:
         actors = _actors(data_dir, ShardIndexer, rebuild, text_limit, workers)
         log.info("indexing %d shard(s) on their nodes", len(actors))
@@ -248,7 +260,7 @@ class RaySearcher(Searcher):
         blank = tantivy.Index(schema.build_schema())
         self.checker = ShardSearcher(schema.register(blank), fields=fields, boosts=boosts,
                                      stemmed=stemmed)
-        connect(address)
+        connect(address, quiet=True)
         try:
             actors = _actors(data_dir, ShardSearchActor, list(fields),
                              dict(boosts) if boosts else None, stemmed)

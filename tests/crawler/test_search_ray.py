@@ -16,7 +16,7 @@ from test_ray import MakeWeb, ray_args, ray_head  # noqa: F401 (ray_head: the fi
 
 import kvstore
 from crawler.search import schema
-from crawler.state.shards import shard_dir
+from crawler.state.shards import open_layout, shard_dir
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")  # CI installs it
 
@@ -110,3 +110,20 @@ def test_ray_options_on_a_crawl_that_did_not_run_on_ray_are_one_line(
         assert ran.returncode != 0
         assert ran.stderr.strip().splitlines() == [
             f"crawler: error: {data}: not a crawl that ran on Ray (no ray.json); leave out --ray"]
+
+
+def test_a_shard_without_an_index_is_one_line_naming_it(
+        tmp_path: Path, ray_head: tuple[str, dict[str, str]]) -> None:  # noqa: F811
+    """The actor that cannot open its shard's index dies in its constructor, on its node:
+    the driver says which shard and what to do, in one line (not the actor's traceback)."""
+    head, env = ray_head
+    data = tmp_path / "c"
+    open_layout(str(data), SHARDS)
+    for shard in range(SHARDS):
+        kvstore.open(Path(shard_dir(str(data), shard, SHARDS)) / "main").close()
+    (data / "ray.json").write_text(json.dumps({"format": 1, "nodes": ["127.0.0.1"] * SHARDS}))
+    ran = cli(["search", str(data), "word", "--ray", head], env)
+    assert ran.returncode != 0
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1, ran.stderr
+    assert lines[0].startswith(f"crawler: error: {data}/shard-0") and "no search index" in lines[0]
