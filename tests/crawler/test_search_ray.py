@@ -10,12 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import tantivy
 from crawl_helpers import REPO
 from test_ray import MakeWeb, ray_args, ray_head  # noqa: F401 (ray_head: the fixture)
+from test_search_index import anchors, documents
 
 import kvstore
-from crawler.search import schema
 from crawler.state.shards import open_layout, shard_dir
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")  # CI installs it
@@ -24,25 +23,13 @@ SHARDS = 2
 
 
 def shard_documents(data: Path, shard: int) -> dict[str, tuple[object, ...]]:
-    """Every document of one shard's index, by key: its stored fields, anchors included."""
-    index = schema.open_index(schema.search_dir(shard_dir(str(data), shard, SHARDS)),
-                              create=False)
-    assert index is not None
-    searcher = index.searcher()
-    hits = searcher.search(tantivy.Query.all_query(), limit=100_000).hits
-    out = {}
-    for _, address in hits:
-        d = searcher.doc(address).to_dict()
-        out[d["key"][0]] = tuple(d.get(f, [None])[0] for f in (
-            "url", "title", "description", "body", "lang", "simhash", "fetched"))
-    return out
+    """Every document of one shard's index, by key: its stored fields."""
+    return documents(Path(shard_dir(str(data), shard, SHARDS)))
 
 
 def shard_anchors(data: Path, shard: int) -> dict[bytes, bytes]:
     """One shard's anchor store: target key -> the texts of the links to it."""
-    path = Path(schema.search_dir(shard_dir(str(data), shard, SHARDS))) / schema.ANCHORS_DIR
-    with kvstore.open(path, readonly=True) as store:
-        return dict(store.items())
+    return anchors(Path(shard_dir(str(data), shard, SHARDS)))
 
 
 def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
