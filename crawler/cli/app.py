@@ -36,6 +36,7 @@ MODULE_OF = {
     "retry": "retry",
     "recrawl": "recrawl",
     "sitemaps": "sitemaps",
+    "move-shard": "moveshard",
 }
 
 

@@ -30,7 +30,6 @@ are owned by this driver, so if it dies Ray kills them too (as safe as a kill
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -42,7 +41,7 @@ from typing import Any
 from ..config import CrawlerConfig
 from ..exceptions import CrawlerError, DataDirError
 from ..net.raycluster import alive_nodes, connect, node_id, pinned, shutdown
-from ..state.shards import PLACEMENT_NAME, read_placement
+from ..state.shards import PLACEMENT_NAME, read_placement, write_placement
 from .overview import Overview, Round, ShardTally, Summary, quiescent
 from .rayshard import ShardActor, actor_name
 from .supervisor import PROBE_INTERVAL, ROUND_TIMEOUT, take_lock
@@ -134,7 +133,7 @@ class RayDriver(Overview):
         if placed is None:
             alive = sorted({n["NodeManagerAddress"] for n in alive_nodes()})
             nodes = place(self.count, alive)
-            _write_json(path, {"format": 1, "nodes": nodes})
+            write_placement(self.data_dir, nodes)
         elif len(placed) != self.count:
             raise DataDirError(f"{path}: {len(placed)} shards placed, not {self.count}")
         else:
@@ -325,16 +324,6 @@ def place(count: int, nodes: list[str]) -> list[str]:
     if not nodes:
         raise CrawlerError("the Ray cluster has no alive node")
     return [nodes[i % len(nodes)] for i in range(count)]
-
-
-def _write_json(path: str, data: dict[str, Any]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def run_on_ray(

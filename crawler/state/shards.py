@@ -105,6 +105,13 @@ def read_placement(data_dir: str) -> list[str] | None:
     return nodes
 
 
+def write_placement(data_dir: str, nodes: list[str]) -> None:
+    """Record each shard's Ray node in ``ray.json``, atomically and durably: a reader
+    (or a crash) sees the old placement or the new one, never a mix."""
+    path = os.path.join(data_dir, PLACEMENT_NAME)
+    _write_atomic(path, {"format": 1, "nodes": nodes})
+
+
 def _whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -150,14 +157,22 @@ def open_layout(data_dir: str, requested: int | None) -> int:
 
 def _write(data_dir: str, count: int) -> None:
     os.makedirs(data_dir, exist_ok=True)
-    path = os.path.join(data_dir, SHARDS_NAME)
+    _write_atomic(os.path.join(data_dir, SHARDS_NAME), {"format": SHARDS_FORMAT, "shards": count})
+
+
+def _write_atomic(path: str, doc: dict[str, object]) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"format": SHARDS_FORMAT, "shards": count}, f)
+        json.dump(doc, f)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)  # a reader sees no file or the whole one
+    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a power cut
+    finally:
+        os.close(dir_fd)
 
 
 def shard_dirs(data_dir: str) -> list[str]:

@@ -333,6 +333,7 @@ def every_command(data: Path, url: str, out: Path) -> dict[str, list[str]]:
         "sitemaps": ["sitemaps", d],
         "index": ["index", d, "--quiet"],
         "search": ["search", d, "granite"],
+        "move-shard": ["move-shard", d, "0", "198.18.0.12"],
     }
 
 
@@ -493,15 +494,18 @@ RAY_DAMAGE = {
 }
 
 
+@pytest.mark.parametrize("command", [["start", "--data", "{d}"], ["move-shard", "{d}", "0", "::1"]])
 @pytest.mark.parametrize("damage", sorted(RAY_DAMAGE))
 def test_a_damaged_ray_placement_is_one_line_not_a_local_resume(
-    damage: str, copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    damage: str, command: list[str], copy: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """ray.json says which Ray node holds each shard's files: damaged, it must not read as
-    "never on Ray" (a resume without --ray would then crawl on with empty shards)."""
+    "never on Ray" (a resume without --ray would then crawl on with empty shards), nor be
+    rewritten by move-shard."""
     write_damage(copy / "ray.json", RAY_DAMAGE[damage])
     before = snapshot(tmp_path)
-    assert main(["start", "--data", str(copy)]) == 1
+    assert main([arg.format(d=copy) for arg in command]) == 1
     one_error_line(capsys.readouterr().err, str(copy / "ray.json"))
     assert snapshot(tmp_path) == before
 
