@@ -397,7 +397,14 @@ class TestRecords:
     def test_add_record_refuses_a_non_loopback_address(self, server: DNSServer) -> None:
         with pytest.raises(ValueError):
             server.add_record("x.test", "192.168.1.1")
+        with pytest.raises(ValueError):  # just past tools/cluster.py's 198.18.0.0/15
+            server.add_record("x.test", "198.20.0.1")
         assert ask(server, "x.test").rcode() == dns.rcode.NXDOMAIN
+
+    def test_the_cluster_range_may_be_answered(self, server: DNSServer) -> None:
+        """tools/cluster.py's namespaces reach the test web on its bridge, 198.18.0.0/15."""
+        server.add_record("x.test", "198.19.255.1")
+        assert addresses(ask(server, "x.test")) == ["198.19.255.1"]
 
 
 class TestLifecycle:

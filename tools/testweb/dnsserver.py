@@ -1,7 +1,8 @@
 """A DNS server for tests, on loopback only, built on dnspython.
 
 Theory of operation: one background thread runs an asyncio loop that serves
-UDP and TCP on the same port of a 127.0.0.0/8 address. The sockets are bound
+UDP and TCP on the same port of a 127.0.0.0/8 address (or of tools/cluster.py's
+bridge in 198.18.0.0/15, whose network namespaces cannot reach loopback). The sockets are bound
 in ``start()`` (UDP first, which picks the port, then TCP on that number; a
 clash retries with a fresh port), so bind errors surface in the caller.
 
@@ -44,6 +45,8 @@ import dns.rcode
 import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
+
+from .urls import SERVE_NETWORKS_TEXT, servable
 
 __all__ = ["DNSFaults", "DNSQuery", "DNSServer"]
 
@@ -125,22 +128,18 @@ def _loopback_ip(text: str) -> str:
         ip = ipaddress.IPv4Address(text)
     except ValueError as exc:
         raise ValueError(f"not an IPv4 address: {text!r}") from exc
-    # A record outside loopback would send the crawler under test off this machine.
-    if not ip.is_loopback:
-        raise ValueError(f"{text}: only 127.0.0.0/8 addresses may be served")
+    # A record elsewhere would send the crawler under test off this machine.
+    if not servable(str(ip)):
+        raise ValueError(f"{text}: only {SERVE_NETWORKS_TEXT} addresses may be served")
     return str(ip)
 
 
 def _check_host(host: str) -> str:
     if host == "localhost":
         return DEFAULT_HOST
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError as exc:
-        raise ValueError(f"host must be an IPv4 address in 127.0.0.0/8, not {host!r}") from exc
-    if ip.version != 4 or not ip.is_loopback:
-        raise ValueError(f"host must be an IPv4 address in 127.0.0.0/8, not {host!r}")
-    return str(ip)
+    if not servable(host):
+        raise ValueError(f"host must be an IPv4 address in {SERVE_NETWORKS_TEXT}, not {host!r}")
+    return str(ipaddress.ip_address(host))
 
 
 def _parse_records(

@@ -1,4 +1,5 @@
-"""TestWeb: one site served over HTTP (+HTTPS) and DNS on loopback, in threads.
+"""TestWeb: one site served over HTTP (+HTTPS) and DNS on loopback, in threads
+(``address=``: or on tools/cluster.py's bridge in 198.18.0.0/15; its names resolve there).
 
     with TestWeb(SiteConfig(pages=100, hosts=3), faults=hostile()) as web:
         web.seed_url            # http://h0.test:PORT/
@@ -77,7 +78,7 @@ class TestWeb:
         try:
             server.bind(http_port, https_port)
             site = Site(graph, self.faults, http_port=server.http_port,
-                        https_port=server.https_port)
+                        https_port=server.https_port, address=self.address)
             tls_hosts = [h for h in site.hosts.values() if h.scheme == "https"]
             self.tls = TLS(good=[h.name for h in tls_hosts if not h.bad_cert],
                            bad=[h.name for h in tls_hosts if h.bad_cert])

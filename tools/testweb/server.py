@@ -1,7 +1,8 @@
 """A small HTTP/1.1 server on asyncio that serves a Site (plain and TLS).
 
 Theory of operation: one background thread runs an asyncio loop with one
-listening socket per scheme, bound on 127.0.0.0/8 only. Each connection is
+listening socket per scheme, bound on 127.0.0.0/8 only (or, for tools/cluster.py's
+network namespaces, on its bridge in 198.18.0.0/15). Each connection is
 a coroutine that reads a request head (``readuntil`` CRLFCRLF, at most
 ``MAX_HEAD`` bytes), answers it and loops while the connection is kept
 alive (HTTP/1.1 default; ``Connection: close`` and HTTP/1.0 close). An idle
@@ -24,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import hashlib
-import ipaddress
 import logging
 import socket
 import ssl
@@ -44,6 +44,7 @@ from .requestlog import OWN_HEADERS, Request, RequestLog
 from .site import Site
 from .sitemapped import padding
 from .tls import SNI_ATTR
+from .urls import SERVE_NETWORKS_TEXT, servable
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +78,11 @@ THREAD_TIMEOUT = 5.0
 
 
 def check_loopback(address: str) -> None:
-    """Refuse to bind anything outside 127.0.0.0/8."""
-    if ipaddress.ip_address(address) not in ipaddress.ip_network("127.0.0.0/8"):
-        raise ValueError(f"testweb binds loopback only (127.0.0.0/8), not {address}")
+    """Refuse to bind anything outside loopback and tools/cluster.py's range (urls.py's
+    SERVE_NETWORKS)."""
+    if not servable(address):
+        raise ValueError(f"testweb binds loopback or the cluster range only "
+                         f"({SERVE_NETWORKS_TEXT}), not {address}")
 
 
 def _reason(status: int) -> str:

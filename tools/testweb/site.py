@@ -68,8 +68,10 @@ class Site:
         *,
         http_port: int,
         https_port: int | None = None,
+        address: str = LOOPBACK_IP,
     ) -> None:
         self.graph = graph
+        self.address = address  # what every host's name resolves to (the server's)
         self.config = graph.config
         self.faults = tuple(faults)
         self.http_port = http_port
@@ -100,7 +102,7 @@ class Site:
         tls = self.config.tls
         for i in range(self.config.hosts):
             name = g.host_name(i)
-            self.hosts[name] = Host(name, "https" if i in tls else "http", i, LOOPBACK_IP)
+            self.hosts[name] = Host(name, "https" if i in tls else "http", i, self.address)
         extra: list[tuple[str, str]] = []
         for f in self.faults:
             if f.kind == "redirects":
@@ -113,7 +115,7 @@ class Site:
             elif f.spec.group == HOST and f.host is None:
                 extra.append((f.where, "https" if f.spec.tls else "http"))
         for name, scheme in extra:
-            self.hosts.setdefault(name, Host(name, scheme, None, LOOPBACK_IP))
+            self.hosts.setdefault(name, Host(name, scheme, None, self.address))
         for f in self.faults:
             if f.spec.group != HOST:
                 continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from ipaddress import IPv4Address, ip_address, ip_network
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -18,6 +19,21 @@ LOOPBACK_IP = "127.0.0.1"
 # Nothing listens on this address (everything binds 127.0.0.1 only), so a host
 # resolving here refuses connections on every port.
 REFUSED_IP = "127.0.0.2"
+# Where the test web may listen, and what its DNS may answer: loopback, or the
+# benchmarking range (RFC 2544) that tools/cluster.py gives its bridge and network
+# namespaces (a namespace cannot reach the root namespace's loopback). Nothing else,
+# so a crawler under test is never sent off this machine.
+SERVE_NETWORKS = (ip_network("127.0.0.0/8"), ip_network("198.18.0.0/15"))
+SERVE_NETWORKS_TEXT = "127.0.0.0/8 or 198.18.0.0/15"
+
+
+def servable(address: str) -> bool:
+    """Whether ``address`` is an IPv4 address in SERVE_NETWORKS."""
+    try:
+        ip = ip_address(address)
+    except ValueError:
+        return False
+    return isinstance(ip, IPv4Address) and any(ip in net for net in SERVE_NETWORKS)
 
 # Characters left alone when percent-encoding (RFC 3986 reserved + unreserved + '%').
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
