@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -22,6 +21,7 @@ from test_shards import alive, answered, assert_owned, summary, tail, wait_until
 from crawler.cli import main
 from crawler.state.shards import owner
 from crawler.web.urls import host_of
+from tools.rayenv import new_token, ray_env, stop_cluster
 from tools.testweb import TestWeb
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")  # CI installs it
@@ -36,23 +36,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def ray_env(token: str) -> dict[str, str]:
-    """Loopback only (Ray's one-machine switch), no usage reports, token auth."""
-    return dict(
-        os.environ,
-        PYTHONPATH=str(REPO),
-        RAY_USAGE_STATS_ENABLED="0",
-        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
-        RAY_AUTH_MODE="token",
-        RAY_AUTH_TOKEN=token,
-    )
-
-
 @pytest.fixture(scope="module")
 def ray_head() -> Iterator[tuple[str, dict[str, str]]]:
     """A head-only Ray cluster on this machine: (its address, the env to reach it)."""
     ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
-    token = secrets.token_hex(32)
+    token = new_token()
     env = ray_env(token)
     temp = tempfile.mkdtemp(prefix="kvray-", dir="/tmp")  # short: Ray's socket paths
     port = _free_port()
@@ -68,52 +56,6 @@ def ray_head() -> Iterator[tuple[str, dict[str, str]]]:
     finally:
         stop_cluster(token)
         shutil.rmtree(temp, ignore_errors=True)
-
-
-def stop_cluster(token: str) -> None:
-    """End this cluster only (``ray stop`` would end every Ray on the machine): each of
-    its processes, servers, agents (which rename themselves) and workers, inherited
-    the cluster's own auth token in its environment.
-
-    The GCS server goes last: sent SIGTERM together with the raylet it stayed up for
-    more than 20 s (so every teardown waited out the grace period below), while after
-    the raylet and the rest are gone it ends within a second."""
-    mark = f"RAY_AUTH_TOKEN={token}".encode()
-
-    def ours() -> list[int]:
-        pids = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
-                continue
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if mark in f.read().split(b"\0"):
-                        pids.append(int(entry))
-            except OSError:
-                continue
-        return [p for p in pids if alive(p)]
-
-    def is_gcs(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                return os.path.basename(f.read().split(b"\0")[0]) == b"gcs_server"
-        except OSError:
-            return False
-
-    def end(pids: Callable[[], list[int]], sig: signal.Signals) -> None:
-        for pid in pids():
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 15  # a grace period, not a limit: SIGKILL follows
-        while pids() and time.monotonic() < deadline:
-            time.sleep(0.1)
-
-    gcs = [p for p in ours() if is_gcs(p)]
-    end(lambda: [p for p in ours() if p not in gcs], signal.SIGTERM)
-    end(ours, signal.SIGTERM)
-    end(ours, signal.SIGKILL)
 
 
 def ray_args(web: TestWeb, data: Path, address: str, shards: int, *extra: str) -> list[str]:
