@@ -56,7 +56,8 @@ Every store of every shard is opened for writing before anything is changed:
 their writer locks keep a crawl out while the retry runs, and a crawl already
 running makes the open fail (DataDirError) with nothing changed. A sharded
 crawl's supervisor lock is the CLI's to take (crawler.cli.retry). A dry run
-opens the stores read-only and writes nothing at all.
+opens the stores read-only and writes nothing at all; it holds no lock, so it
+opens one shard at a time (its memory is one shard's key indexes, not all).
 
 Not thread-safe: one call at a time (the locks see to it across processes).
 """
@@ -244,10 +245,18 @@ def requeue(data_dir: str, selection: Selection | Any, *, dry_run: bool = False,
     report = RetryReport(shards=len(dirs), dry_run=dry_run)
     shards: list[_Shard] = []
     try:
-        for d in dirs:  # every lock before any change
-            shards.append(_Shard(d, readonly=dry_run, keep_prior=keep_prior))
-        for shard in shards:
-            _requeue_shard(shard, selection, report, chunk)
+        if dry_run:  # nothing to lock: one shard's indexes in memory at a time
+            for d in dirs:
+                shard = _Shard(d, readonly=True, keep_prior=keep_prior)
+                try:
+                    _requeue_shard(shard, selection, report, chunk)
+                finally:
+                    shard.close()
+        else:
+            for d in dirs:  # every lock before any change
+                shards.append(_Shard(d, readonly=False, keep_prior=keep_prior))
+            for shard in shards:
+                _requeue_shard(shard, selection, report, chunk)
     finally:
         for shard in shards:
             shard.close()

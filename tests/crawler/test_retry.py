@@ -560,3 +560,39 @@ def test_a_damaged_record_is_left_alone_and_counted(
     assert live_bulk_urls(data) == {"http://a.test/": 1}
     with kvstore.open(data / "main", readonly=True) as db:
         assert list(db) == [url_key("http://a.test/bad")]
+
+
+def _failures_crawl(data: Path, per_shard: list[int]) -> None:
+    """A crawl directory of len(per_shard) shards, each MainDB holding that many
+    dns_nxdomain records (one record's bytes under every key: a dry run reads heads)."""
+    data.mkdir()
+    (data / "shards.json").write_text(json.dumps({"format": 1, "shards": len(per_shard)}))
+    value = encode_page(PageRecord("http://gone.test/", 0, 1.0e9, 0, reason="dns_nxdomain"))
+    for index, n in enumerate(per_shard):
+        with kvstore.open(str(data / f"shard-{index:02d}" / "main")) as main:
+            keys = [url_key(f"http://s{index}-{i}.test/") for i in range(n)]
+            main.put_many(keys, [value] * n)
+
+
+def _dry_run_peak(data: Path) -> tuple[int, int]:
+    import tracemalloc
+
+    from crawler.state.retry import requeue
+
+    tracemalloc.start()
+    try:  # small chunks: the records a chunk holds would hide the indexes
+        report = requeue(str(data), Selection(), dry_run=True, chunk=100)
+        return report.requeued, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_dry_run_holds_one_shard_in_memory_at_a_time(tmp_path: Path) -> None:
+    """Its memory is one shard's indexes, not the crawl's: two shards of 50,000 records
+    peak as one shard of 50,000 beside one of 1 (numpy's arrays are traced)."""
+    _failures_crawl(tmp_path / "two", [50_000, 50_000])
+    _failures_crawl(tmp_path / "one", [50_000, 1])
+    both, peak_two = _dry_run_peak(tmp_path / "two")
+    single, peak_one = _dry_run_peak(tmp_path / "one")
+    assert (both, single) == (100_000, 50_001)
+    assert peak_two < 1.15 * peak_one, (peak_two, peak_one)  # both at once: 1.32x
