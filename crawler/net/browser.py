@@ -117,8 +117,12 @@ class Browser:
 
     def __init__(self, executable: str = DEFAULT_BROWSER, *, memory_mb: int = 512,
                  user_agent: str = "", settle: float = 0.3, max_dom_bytes: int = 20 << 20,
-                 start_timeout: float = 30.0) -> None:
+                 start_timeout: float = 30.0, profile_dir: str | None = None) -> None:
         self.executable = executable
+        # Chromium's profile: ``profile_dir`` (a crawl's shard gives one inside its own
+        # directory, so a kill -9 leaves it there to be cleared by the next start, not
+        # in /tmp for ever), else a new temporary directory at each start.
+        self.profile_dir = profile_dir
         self.memory_mb = memory_mb
         self.user_agent = user_agent
         self.settle = settle
@@ -166,6 +170,13 @@ class Browser:
             shutil.rmtree(self._profile, ignore_errors=True)
             self._profile = None
 
+    def _new_profile(self) -> str:
+        if self.profile_dir is None:
+            return tempfile.mkdtemp(prefix="kvcrawl-chromium-")
+        shutil.rmtree(self.profile_dir, ignore_errors=True)  # a killed run's, or a dead browser's
+        os.makedirs(self.profile_dir, mode=0o700)
+        return self.profile_dir
+
     def _start(self) -> Connection:
         exe = shutil.which(self.executable)
         if exe is None:
@@ -173,7 +184,7 @@ class Browser:
                 f"cannot start the browser: {self.executable!r} is not an executable "
                 "(install Debian's chromium, or give --render-browser PATH)"
             )
-        self._profile = tempfile.mkdtemp(prefix="kvcrawl-chromium-")
+        self._profile = self._new_profile()
         args = [*FLAGS, f"--user-data-dir={self._profile}", "--remote-debugging-pipe",
                 f"--js-flags=--max-old-space-size={self.memory_mb}"]
         if self.user_agent:

@@ -24,6 +24,7 @@ same way, with the reason in the page record's ``render`` field.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 from collections import Counter, deque
@@ -40,6 +41,9 @@ from .responses import ResponseReader
 log = logging.getLogger(__name__)
 
 _TRIES = 2  # renders of one page the browser may die in
+# Chromium's profile, in the shard's directory: a kill -9 leaves it there, and the next
+# start clears it (in /tmp it would stay for ever).
+BROWSER_PROFILE_NAME = "browser-profile"
 
 
 @dataclass(slots=True)
@@ -60,7 +64,8 @@ class RenderPool:
         self.timeout = config.render_timeout
         self.capacity = 2 * config.render_tabs  # reserved, queued and rendering
         self.browser = Browser(config.render_browser, memory_mb=config.render_memory,
-                               user_agent=config.user_agent)
+                               user_agent=config.user_agent,
+                               profile_dir=os.path.join(config.data_dir, BROWSER_PROFILE_NAME))
         self._subfetch = subfetch
         self._reader = reader
         self._record = record  # Engine._record: counts the outcome, encodes the record

@@ -276,7 +276,12 @@ def test_kill9_while_rendering_then_resume_matches_the_oracle(
     while any(alive(p) for p in browsers):  # the browser quits with the crawler's pipe
         assert time.monotonic() < gone_by, [p for p in browsers if alive(p)]
         time.sleep(0.05)
+    # The killed browser's profile stays in the crawl's directory, not in /tmp, and the
+    # resume clears it (and its own at the end).
+    assert [p.relative_to(data).parts[-1] for p in data.rglob("browser-profile")] == [
+        "browser-profile"]
     resume_and_match(web, data, args)
+    assert not list(data.rglob("browser-profile"))
 
 
 def test_ctrl_c_while_rendering_stops_without_waiting_for_the_render(
