@@ -42,6 +42,7 @@ from .jsonfile import read_json
 PLACEMENT_NAME = "ray.json"  # where a crawl on Ray placed its shards
 SHARDS_NAME = "shards.json"
 SHARDS_FORMAT = 1
+RESHARD_NAME = ".reshard-tmp"  # a reshard's work (crawler.state.reshard): the crawl is refused
 _ROUTER_CACHE = 1 << 16  # netlocs remembered by a Router before it starts over
 
 
@@ -65,7 +66,9 @@ def read_count(data_dir: str) -> int | None:
     (``main/`` and no shards.json), None if ``data_dir`` holds no crawl yet.
 
     Raises DataDirError, naming the file and what is wrong with it, when shards.json
-    is unreadable or not a shard layout this crawler reads."""
+    is unreadable or not a shard layout this crawler reads, and while a reshard is half
+    done (crawler.state.reshard)."""
+    _refuse_half_reshard(data_dir)
     path = os.path.join(data_dir, SHARDS_NAME)
     try:
         info = read_json(path, "a shard layout")
@@ -110,6 +113,23 @@ def write_placement(data_dir: str, nodes: list[str]) -> None:
     (or a crash) sees the old placement or the new one, never a mix."""
     path = os.path.join(data_dir, PLACEMENT_NAME)
     _write_atomic(path, {"format": 1, "nodes": nodes})
+
+
+def _refuse_half_reshard(data_dir: str) -> None:
+    work = os.path.join(data_dir, RESHARD_NAME)
+    if not os.path.lexists(work):
+        return
+    try:
+        count = read_json(os.path.join(work, "PLAN.json"), "a reshard plan").get("to", "N")
+    except (FileNotFoundError, DataDirError, AttributeError):
+        count = "N"
+    raise DataDirError(f"{data_dir}: a reshard was interrupted ({work}): run python -m crawler "
+                       f"reshard {data_dir} --shards {count} again to finish it")
+
+
+def write_count(data_dir: str, count: int) -> None:
+    """Replace shards.json with ``count`` (atomically, durably): crawler.state.reshard."""
+    _write(data_dir, count)
 
 
 def _whole(value: object) -> TypeGuard[int]:
