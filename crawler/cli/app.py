@@ -37,6 +37,7 @@ MODULE_OF = {
     "recrawl": "recrawl",
     "sitemaps": "sitemaps",
     "move-shard": "moveshard",
+    "reshard": "reshard",
 }
 
 

@@ -1,0 +1,263 @@
+"""crawler reshard: all of a crawl's state goes to its new owners; a kill -9 anywhere is safe."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from crawl_helpers import REPO, fetched_urls, page_refetches, records, shard_paths
+from test_shards import assert_owned, crawl, summary
+
+import kvstore
+from crawler.cli import main
+from crawler.run.raydriver import place as driver_place
+from crawler.state.outbox import Outbox
+from crawler.state.pages import Pending, decode_bulk
+from crawler.state.reshard import KILL_ENV, place
+from crawler.state.shards import (
+    RESHARD_NAME,
+    SHARDS_NAME,
+    Router,
+    ShardPlace,
+    owner,
+    read_placement,
+    write_placement,
+)
+from crawler.web.urls import host_of, url_key
+from tools.testweb import SiteConfig, TestWeb
+
+MakeWeb = Callable[..., TestWeb]
+
+
+def reshard_cli(data: Path, n: int, kill_at: str = "") -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    if kill_at:
+        env[KILL_ENV] = kill_at
+    return subprocess.run([sys.executable, "-m", "crawler", "reshard", str(data), "--shards",
+                           str(n)], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=env)
+
+
+def pending_urls(data: Path) -> dict[str, int]:
+    """URL -> the shard whose PendDB holds it in a live bulk."""
+    out = {}
+    for i, shard in enumerate(shard_paths(data)):
+        with kvstore.open(shard / "pend", readonly=True) as pend:
+            for bk in pend:
+                for e in decode_bulk(pend[bk]):
+                    out[e.url] = i
+    return out
+
+
+def inject_outbox(data: Path, count: int, urls: list[str]) -> None:
+    """Links waiting in shard 0's outbox for their owners (what a stop leaves when the
+    owner had not answered), written through the crawler's own Outbox."""
+    box = Outbox(str(data / "shard-00"), Router(ShardPlace(0, count)))
+    box.route([(url_key(u), Pending(u, 1)) for u in urls])
+    assert box.write() == len(urls)
+    box.close()
+
+
+def foreign(urls: set[str], count: int) -> list[str]:
+    return sorted(u for u in urls if owner(host_of(u), count) != 0)
+
+
+def counters_are_exact(data: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """status from the counters the reshard wrote equals a recount of every record."""
+    capsys.readouterr()
+    assert main(["status", str(data), "--json"]) == 0
+    fast = json.loads(capsys.readouterr().out)
+    assert main(["status", str(data), "--json", "--recount"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert fast["counts_from"] == "counters", fast["counts_from"]
+    for k in ("recorded", "fetched", "pending", "pending_bulks", "outcomes"):
+        assert fast[k] == slow[k], k
+    return fast
+
+
+def test_reshard_between_runs_ends_at_the_oracle_with_no_page_fetched_twice(
+    make_testweb: MakeWeb, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    web = make_testweb(pages=700, hosts=8, seed=11, crawl_delay=0.0)
+    want = set(web.oracle.crawl().fetched)
+    data = tmp_path / "c"
+    crawl(web, data, 2, "--max-pages", "60")
+    done = set(records(data))
+    queued = pending_urls(data)
+    unknown = foreign(want - done - set(queued), 2)[:5]  # links nobody holds yet
+    known = foreign(done - set(queued), 2)[:3]  # and links recorded (in no live bulk)
+    assert unknown and known
+    inject_outbox(data, 2, unknown + known)
+    # 2 -> 3 -> 2 -> 4 -> 1 -> 2, a part of the crawl between each
+    for n, limit in [(3, 80), (2, 60), (4, 80), (1, 40), (2, 0)]:
+        capsys.readouterr()
+        assert main(["reshard", str(data), "--shards", str(n)]) == 0
+        out = capsys.readouterr().out
+        assert f"-> {n} shard(s)" in out and f"--processes {n}" in out
+        assert json.loads((data / SHARDS_NAME).read_text())["shards"] == n
+        assert not (data / RESHARD_NAME).exists()
+        assert (n == 1) == (data / "main").is_dir()  # and no old shard left behind:
+        assert sorted(p.name for p in data.glob("shard-*")) == (
+            [f"shard-{i:02d}" for i in range(n)] if n > 1 else [])
+        assert_owned(data, n)
+        after = pending_urls(data)
+        for u in unknown:  # nothing the outboxes held is lost...
+            assert u in after or u in records(data), u
+            if u in after:
+                assert after[u] == owner(host_of(u), n)
+        if limit == 80 and n == 3:
+            assert "outbox links admitted" in out
+            assert all(u not in after for u in known)  # ...and nothing known is queued again
+        counters_are_exact(data, capsys)
+        got = summary(crawl(web, data, n, *(["--max-pages", str(limit)] if limit else [])))
+        assert got["complete"] is (not limit)
+    assert fetched_urls(data) == want
+    assert page_refetches(web) == {}  # no page fetched twice across six runs and five reshards
+
+
+# -- kills at every phase, on one partial crawl ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def partial(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A 2-shard crawl stopped part-way, with links waiting in an outbox."""
+    web = TestWeb(SiteConfig(pages=300, hosts=6, seed=12, crawl_delay=0.0)).start()
+    try:
+        data = tmp_path_factory.mktemp("reshard") / "base"
+        crawl(web, data, 2, "--max-pages", "100")
+        want = set(web.oracle.crawl().fetched)
+        inject_outbox(data, 2, foreign(want - set(records(data)) - set(pending_urls(data)), 2))
+        assert all(len(records(data / f"shard-0{i}")) for i in range(2))  # both crawled
+        yield data
+    finally:
+        web.stop()
+
+
+def snapshot(data: Path) -> dict[str, Any]:
+    """Every file of a crawl directory, a store as its key -> value mapping."""
+    out: dict[str, Any] = {}
+    for root, dirs, files in os.walk(data):
+        rel = os.path.relpath(root, data)
+        if any(f.endswith(".key") for f in files):
+            with kvstore.open(root, readonly=True) as store:
+                out[rel] = {k: store[k] for k in store}
+            dirs.clear()
+            continue
+        for f in files:
+            if f != "supervisor.lock" and Path(root, f).is_file():  # not inbox.sock
+                out[os.path.join(rel, f)] = Path(root, f).read_bytes()
+    return out
+
+
+def copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("inbox.sock"))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def resharded(partial: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """The partial crawl resharded without a kill: to 3, to 1, and that one back to 2."""
+    root = tmp_path_factory.mktemp("ref")
+    out = {}
+    for n in (3, 1):
+        out[n] = copy(partial, root / f"to{n}")
+        assert main(["reshard", str(out[n]), "--shards", str(n)]) == 0
+    out[12] = copy(out[1], root / "1to2")
+    assert main(["reshard", str(out[12]), "--shards", "2"]) == 0
+    return out
+
+
+@pytest.mark.parametrize(("source", "n", "point"), [
+    (2, 3, "record:15"), (2, 3, "built"), (2, 3, "committed"), (2, 3, "swap:3"),
+    (2, 3, "swapped"), (2, 1, "swap:4"), (1, 2, "swap:3"),
+])
+def test_a_kill9_anywhere_then_the_same_command_ends_as_an_uninterrupted_run(
+    partial: Path, resharded: dict[int, Path], tmp_path: Path, source: int, n: int, point: str,
+) -> None:
+    data = copy(partial if source == 2 else resharded[1], tmp_path / "c")
+    killed = reshard_cli(data, n, kill_at=point)
+    assert killed.returncode == -9, killed.stderr
+    assert (data / RESHARD_NAME).exists()
+    for command in (["start", "--data", str(data)], ["status", str(data)]):
+        refused = subprocess.run([sys.executable, "-m", "crawler", *command], cwd=REPO,
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"reshard {data} --shards {n} again" in lines[0], lines
+    again = reshard_cli(data, n)
+    assert again.returncode == 0, again.stderr
+    assert snapshot(data) == snapshot(resharded[n if source == 2 else 12])
+
+
+def test_every_record_and_pending_url_moved_once(partial: Path, resharded: dict[int, Path]
+                                                 ) -> None:
+    before = {u: r.status for u, r in records(partial).items()}
+    for n in (3, 1):
+        assert {u: r.status for u, r in records(resharded[n]).items()} == before
+        queued = pending_urls(resharded[n])
+        assert set(pending_urls(partial)) <= set(queued)
+        assert all(i == owner(host_of(u), n) for u, i in queued.items())
+    # 2 -> 1 -> 2 is where it started, the outbox's links now pending at their owner
+    again = snapshot(resharded[12])
+    first = snapshot(partial)
+    for shard in ("shard-00", "shard-01"):
+        assert again[f"{shard}/main"] == first[f"{shard}/main"]
+
+
+# -- refusals -----------------------------------------------------------------------------
+
+
+def one_error_line(args: list[str], capsys: pytest.CaptureFixture[str], code: int = 1) -> str:
+    capsys.readouterr()
+    assert main(args) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_ray_placement_is_rewritten_and_absent_shards_are_refused(
+    partial: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = copy(partial, tmp_path / "ray")
+    write_placement(str(data), ["10.0.0.2", "10.0.0.1"])
+    shutil.move(data / "shard-01", tmp_path / "elsewhere")
+    line = one_error_line(["reshard", str(data), "--shards", "3"], capsys)
+    assert "shard(s) 1 of this Ray crawl are not on this machine" in line
+    assert not (data / RESHARD_NAME).exists()
+    shutil.move(tmp_path / "elsewhere", data / "shard-01")
+    assert main(["reshard", str(data), "--shards", "3"]) == 0
+    assert "10.0.0.1: shard-00 shard-02" in capsys.readouterr().out
+    nodes = read_placement(str(data))
+    assert nodes == place(3, ["10.0.0.2", "10.0.0.1"]) == driver_place(3, ["10.0.0.1", "10.0.0.2"])
+
+
+def test_mistakes_and_damage_are_one_line_and_change_nothing(
+    partial: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = copy(partial, tmp_path / "c")
+    assert "1 to " in one_error_line(["reshard", str(data), "--shards", "0"], capsys, 2)
+    capsys.readouterr()
+    assert main(["reshard", str(data), "--shards", "2"]) == 0
+    assert "has 2 shard(s) already" in capsys.readouterr().out
+    before = sorted(p.relative_to(data) for p in data.rglob("*"))
+    with kvstore.open(data / "shard-01" / "main") as store:  # a crawl holds the stores
+        line = one_error_line(["reshard", str(data), "--shards", "3"], capsys)
+        assert "a crawl is running" in line
+        key = next(iter(store))
+    val = next((data / "shard-01" / "main").glob("*.val"))
+    raw = bytearray(val.read_bytes())
+    at = raw.find(key) + 40  # inside the record's value: its CRC fails
+    raw[at] ^= 0xFF
+    val.write_bytes(bytes(raw))
+    line = one_error_line(["reshard", str(data), "--shards", "3"], capsys)
+    assert "damaged" in line and "the crawl is as it was" in line
+    assert not (data / RESHARD_NAME).exists()
+    assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
+    assert json.loads((data / SHARDS_NAME).read_text())["shards"] == 2
