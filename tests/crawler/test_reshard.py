@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
+import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,9 +20,12 @@ from test_shards import assert_owned, crawl, summary
 import kvstore
 from crawler.cli import main
 from crawler.run.raydriver import place as driver_place
+from crawler.state.badhosts import BadHosts
+from crawler.state.cookiestore import CookieJar
 from crawler.state.outbox import Outbox
 from crawler.state.pages import Pending, decode_bulk
 from crawler.state.reshard import KILL_ENV, place
+from crawler.state.robotsstore import store_key
 from crawler.state.shards import (
     RESHARD_NAME,
     SHARDS_NAME,
@@ -30,10 +35,24 @@ from crawler.state.shards import (
     read_placement,
     write_placement,
 )
-from crawler.web.urls import host_of, url_key
+from crawler.web.urls import host_key, host_of, parse, url_key
 from tools.testweb import SiteConfig, TestWeb
 
 MakeWeb = Callable[..., TestWeb]
+# two hosts of one site, owned by shards 0 and 1 of 2; and a host marked bad
+COOKIE_HOSTS = [next(h for i in range(100) if owner(h := f"a{i}.example.com", 2) == s)
+                for s in (0, 1)]
+BAD_HOST = "gone.test"
+
+
+def crawl_part(web: TestWeb, data: Path, limit: int, *extra: str) -> None:
+    """A 2-shard crawl of ``limit`` pages, more until both shards recorded some (one
+    shard may use its share of the limit before the other fetched anything)."""
+    for _ in range(5):
+        crawl(web, data, 2, "--max-pages", str(limit), *extra)
+        if all(len(records(p)) for p in shard_paths(data)):
+            return
+    raise AssertionError("a shard recorded nothing in five runs")
 
 
 def reshard_cli(data: Path, n: int, kill_at: str = "") -> subprocess.CompletedProcess[str]:
@@ -88,7 +107,7 @@ def test_reshard_between_runs_ends_at_the_oracle_with_no_page_fetched_twice(
     web = make_testweb(pages=700, hosts=8, seed=11, crawl_delay=0.0)
     want = set(web.oracle.crawl().fetched)
     data = tmp_path / "c"
-    crawl(web, data, 2, "--max-pages", "60")
+    crawl_part(web, data, 60)
     done = set(records(data))
     queued = pending_urls(data)
     unknown = foreign(want - done - set(queued), 2)[:5]  # links nobody holds yet
@@ -131,10 +150,19 @@ def partial(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     web = TestWeb(SiteConfig(pages=300, hosts=6, seed=12, crawl_delay=0.0)).start()
     try:
         data = tmp_path_factory.mktemp("reshard") / "base"
-        crawl(web, data, 2, "--max-pages", "100")
+        crawl_part(web, data, 100, "--revisit-after", "1h")  # due.bin, prior/
         want = set(web.oracle.crawl().fetched)
         inject_outbox(data, 2, foreign(want - set(records(data)) - set(pending_urls(data)), 2))
-        assert all(len(records(data / f"shard-0{i}")) for i in range(2))  # both crawled
+        host = sorted(host_of(u) for u in records(data))[0]
+        assert main(["recrawl", str(data), "--older-than", "0", "--host", host]) == 0
+        for i, cookie_host in enumerate(COOKIE_HOSTS):  # each set by its host's shard
+            jar = CookieJar(str(data / f"shard-0{i}"), clock=lambda i=i: 1000.0 + i)
+            assert jar.receive(parse(f"http://{cookie_host}/"),
+                               f"own{i}=x\nshared=from{i}; Domain=example.com")
+            jar.close()
+        bad = BadHosts(str(data / f"shard-0{owner(BAD_HOST, 2)}"))
+        bad.mark(host_key(BAD_HOST), BAD_HOST, "connect_refused", 2e9)
+        bad.close()
         yield data
     finally:
         web.stop()
@@ -211,6 +239,70 @@ def test_every_record_and_pending_url_moved_once(partial: Path, resharded: dict[
         assert again[f"{shard}/main"] == first[f"{shard}/main"]
 
 
+def stores(data: Path, name: str) -> dict[bytes, tuple[int, bytes]]:
+    """Key -> (shard, value) of one store over every shard (a key in two: a failure)."""
+    out: dict[bytes, tuple[int, bytes]] = {}
+    for i, shard in enumerate(shard_paths(data)):
+        if (shard / name).is_dir():
+            with kvstore.open(shard / name, readonly=True) as store:
+                for k in store:
+                    assert k not in out, (name, k.hex())
+                    out[k] = (i, store[k])
+    return out
+
+
+def log_records(data: Path, name: str, width: int) -> list[tuple[int, bytes]]:
+    """(shard, record) of a depths.bin or due.bin over every shard."""
+    out = []
+    for i, shard in enumerate(shard_paths(data)):
+        if (shard / name).exists():
+            raw = (shard / name).read_bytes()
+            out += [(i, raw[j : j + width]) for j in range(0, len(raw), width)]
+    return out
+
+
+def test_every_kind_of_state_goes_to_the_owner_of_its_host(
+    partial: Path, resharded: dict[int, Path]
+) -> None:
+    old_urls = set(records(partial)) | set(pending_urls(partial))
+    for n in (3, 1):
+        data = resharded[n]
+        urls = set(records(data)) | set(pending_urls(data))
+        assert old_urls <= urls  # the outbox's links came in too
+        key_owner = {url_key(u): owner(host_of(u), n) for u in urls}
+        origin_owner = {store_key(parse(u).robots_key): owner(host_of(u), n) for u in urls}
+        for name, to_owner in [("main", key_owner), ("prior", key_owner),
+                               ("robots", origin_owner), ("badhosts", None),
+                               ("sitemaps", None)]:
+            before = {k: v for k, (_, v) in stores(partial, name).items()}
+            after = stores(data, name)
+            assert before and {k: v for k, (_, v) in after.items()} == before, name
+            for k, (i, v) in after.items():
+                if name == "badhosts":
+                    assert i == owner(json.loads(v)["host"], n)
+                elif name == "sitemaps":
+                    assert i == owner(host_of(json.loads(zlib.decompress(v[5:]))["url"]), n)
+                else:
+                    assert to_owner is not None and i == to_owner[k], (name, k.hex())
+        for name, width in [("depths.bin", 18), ("due.bin", 24)]:
+            before_log = Counter(r for _, r in log_records(partial, name, width))
+            after_log = log_records(data, name, width)
+            assert before_log and before_log <= Counter(r for _, r in after_log), name
+            assert all(i == key_owner[r[:16]] for i, r in after_log), name
+        lines = [(i, u) for i, shard in enumerate(shard_paths(data))
+                 for u in (shard / "urls.log").read_text().splitlines()]
+        assert all(i == owner(host_of(u), n) for i, u in lines)
+        assert Counter(u for _, u in lines) >= Counter(
+            u for shard in shard_paths(partial) for u in (shard / "urls.log").read_text().split())
+        # cookies: a host-only one at its host's owner, a domain one at every shard (newest)
+        for i, shard in enumerate(shard_paths(data)):
+            jar = CookieJar(str(shard), readonly=True)
+            got = {c.name: c.value for c in jar.cookies("example.com")}
+            jar.close()
+            mine = {f"own{j}": "x" for j, h in enumerate(COOKIE_HOSTS) if owner(h, n) == i}
+            assert got == {**mine, "shared": "from1"}, (n, i)
+
+
 # -- refusals -----------------------------------------------------------------------------
 
 
@@ -250,10 +342,10 @@ def test_mistakes_and_damage_are_one_line_and_change_nothing(
     with kvstore.open(data / "shard-01" / "main") as store:  # a crawl holds the stores
         line = one_error_line(["reshard", str(data), "--shards", "3"], capsys)
         assert "a crawl is running" in line
-        key = next(iter(store))
+        _, _, offsets = store.versions()  # a live record's place in the VAL file
     val = next((data / "shard-01" / "main").glob("*.val"))
     raw = bytearray(val.read_bytes())
-    at = raw.find(key) + 40  # inside the record's value: its CRC fails
+    at = int(offsets.min()) + 40  # inside the record's value: its CRC fails
     raw[at] ^= 0xFF
     val.write_bytes(bytes(raw))
     line = one_error_line(["reshard", str(data), "--shards", "3"], capsys)
