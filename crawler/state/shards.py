@@ -181,7 +181,9 @@ def _write(data_dir: str, count: int) -> None:
 
 
 def _write_atomic(path: str, doc: dict[str, object]) -> None:
-    tmp = path + ".tmp"
+    # a temporary file of this process's own: the shard actors of one Ray node each
+    # write shards.json at their start, at the same moment
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f)
         f.write("\n")

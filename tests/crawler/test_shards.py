@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from crawl_helpers import REPO, cli_args, fetched_urls, records, run_crawl, shard_paths, start_cli
@@ -413,3 +414,34 @@ def test_a_second_supervisor_on_the_same_directory_is_refused(
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=60)
     assert first.returncode == 128 + signal.SIGTERM
+
+
+_BARRIER: Any = None  # a pool worker's: every worker opens its directory together
+
+
+def _set_barrier(barrier: Any) -> None:
+    global _BARRIER
+    _BARRIER = barrier
+
+
+def _open_layout(data: str) -> int:  # in a pool's worker process
+    from crawler.state.shards import open_layout
+
+    _BARRIER.wait(60)
+    return open_layout(data, 4)
+
+
+def test_shards_of_one_node_create_its_layout_at_once_and_none_fails(tmp_path: Path) -> None:
+    """Ray actors on a node that has no shards.json yet each write it at start (several
+    shards on one node: at the same moment). Each writer has its own temporary file: with
+    one shared name, a rename found it already renamed away and the shard failed."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    workers = 4
+    dirs = [str(tmp_path / f"c{i}") for i in range(20)]
+    tasks = [d for d in dirs for _ in range(workers)]  # every worker on each new directory
+    with ctx.Pool(workers, _set_barrier, (ctx.Barrier(workers),)) as pool:
+        assert pool.map(_open_layout, tasks, chunksize=1) == [4] * len(tasks)
+    assert all(read_count(d) == 4 for d in dirs)
+    assert not [n for d in dirs for n in os.listdir(d) if n.endswith(".tmp")]
