@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import shlex
+import sys
 from typing import Any
 
 from ..config import MAX_SHARDS
@@ -56,6 +57,12 @@ def cmd_reshard(args: argparse.Namespace) -> int:
                            "run reshard again")
     try:
         report = reshard(data, args.shards)
+    except KeyboardInterrupt:  # before the commit point the build is removed, else kept
+        again = os.path.lexists(os.path.join(data, RESHARD_NAME))
+        print(f"crawler: reshard {data} interrupted: " + (
+            "run the same command again to finish it" if again else "the crawl is as it was"),
+            file=sys.stderr)
+        return 130
     finally:
         os.close(lock)
     if report.finished is not None:

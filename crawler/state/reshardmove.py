@@ -281,8 +281,9 @@ class Mover:
 
     def _pend(self, old: OldShard) -> None:
         for _, value in old.records(PEND_NAME):
-            self._route_entries(decode_bulk(value), admit=False)
-            self._count("pending bulks")
+            entries = decode_bulk(value)
+            self._route_entries(entries, admit=False)
+            self._count("pending URLs", len(entries))
 
     def _route_entries(self, entries: list[Pending], *, admit: bool) -> int:
         """Entries to their owners: as live bulks (``admit`` False), or admitted as new
