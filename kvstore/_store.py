@@ -308,6 +308,20 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
             keys, offsets = g.index.items_arrays()
             return g.files.gen, keys, offsets
 
+    def versions_of(self, keys: Any) -> tuple[int, np.ndarray]:
+        """(generation, versions): the record version of each of ``keys`` (int64, -1 for
+        an absent key), as :meth:`versions` gives it, without disk access. Vectorized.
+        For a caller that notes a version beside its own copy of a value's facts and
+        later checks the note still stands."""
+        try:
+            arr = as_key_array(keys)
+        except ValueError as exc:
+            raise InvalidKeyError(str(exc)) from None
+        with self._lock:
+            g = self._live()
+            found, _ = g.index.lookup_many(arr)
+            return g.files.gen, found
+
     def random_key(self) -> bytes:
         """A live key drawn uniformly at random, without disk access; KeyError if empty."""
         with self._lock:

@@ -902,3 +902,24 @@ def test_iteration_follows_the_val_file(tmp_path: Path) -> None:
         assert list(db) == want
         db.compact()
         assert list(db) == want  # a compaction copies the live records in that order
+
+
+def test_versions_of_agrees_with_versions_and_follows_every_write(tmp_path: Path) -> None:
+    keys = [kvstore.md5_key(str(i)) for i in range(300)]
+    absent = kvstore.md5_key("absent")
+    with kvstore.open(tmp_path / "db") as db:
+        db.put_many(keys, [b"v%d" % i for i in range(300)])
+        gen, all_keys, all_versions = db.versions()
+        snapshot = dict(zip((k.tobytes() for k in all_keys), all_versions.tolist(), strict=True))
+        got_gen, got = db.versions_of([*keys, absent])
+        assert got_gen == gen
+        assert got.tolist() == [snapshot[k] for k in keys] + [-1]
+        db[keys[0]] = b"again"  # a rewrite: a new version, the others as they were
+        del db[keys[1]]
+        _, after = db.versions_of(keys)
+        assert after[0] != got[0] and after[0] >= 0 and after[1] == -1
+        assert after[2:].tolist() == got[2:300].tolist()
+        db.compact()
+        assert db.versions_of(keys[:1])[0] != gen  # versions compare only within one
+        with pytest.raises(kvstore.exceptions.InvalidKeyError):
+            db.versions_of([b"short"])
