@@ -60,8 +60,41 @@ class _RayShard(ShardTally):
     node: str = ""  # the node's address this shard lives on
     actor: Any = None
     token: str | None = None
+    last: dict[str, Any] | None = None  # this incarnation's latest report, kept while down
     down_since: float | None = None
-    logged_down: float = 0.0
+    logged_down: float | None = None  # when this outage was last logged
+    recreated: bool = False  # its actor was created again by the driver (a lost node)
+
+    def is_down(self, now: float) -> bool:
+        """It did not answer (or has no actor): whether to log that now. The first
+        failure of a shard that was up is logged at once, then every WAIT_LOG_EVERY;
+        one that has not answered yet in this run (its actor is starting) only once it
+        has been silent that long."""
+        if self.down_since is None:
+            self.down_since = now
+        if self.token is None and now - self.down_since < WAIT_LOG_EVERY:
+            return False
+        if self.logged_down is not None and now - self.logged_down < WAIT_LOG_EVERY:
+            return False
+        self.logged_down = now
+        return True
+
+    def is_up(self) -> None:
+        """It answered: the next outage is logged at once."""
+        self.down_since = self.logged_down = None
+
+    def new_incarnation(self, token: str) -> bool:
+        """A report with ``token``: True when it is not the incarnation seen so far (the
+        earlier one's fetches are kept from its final or its last report)."""
+        if token == self.token:
+            return False
+        if self.token is not None:
+            if self.report is None:
+                self.report = self.last
+            self.retire()
+        self.token, self.last = token, None
+        self.incarnation += 1
+        return True
 
 
 class RayDriver(Overview):
@@ -163,14 +196,16 @@ class RayDriver(Overview):
         except ValueError as exc:  # the name is still taken (Ray has not let go of it)
             self._log_down(s, now, str(exc))
             return
+        if s.token is not None:  # it ran in this run: its node was lost and is back
+            s.recreated = True
+            log.warning("shard %d: its node %s is back: its actor is created there again",
+                        s.index, s.node)
         if self._finishing:
             s.actor.finish.remote()
 
     def _log_down(self, s: _RayShard, now: float, why: str) -> None:
-        if s.down_since is None:
-            s.down_since = now
-        if now - s.logged_down >= WAIT_LOG_EVERY:
-            s.logged_down = now
+        if s.is_down(now):
+            assert s.down_since is not None
             log.warning("shard %d is down for %.0f s (%s); its links wait in the others' "
                         "outboxes", s.index, now - s.down_since, why)
 
@@ -237,12 +272,12 @@ class RayDriver(Overview):
                     raise TimeoutError("no answer in time")
                 got = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - restarting, dead, or unreachable
-                s.report = None
+                s.report = None  # not up; its last report is kept in s.last
                 self._log_down(s, now, type(exc).__name__)
                 if self._gone(s):
                     s.actor = None  # created again once its node is there
                 continue
-            s.down_since = None
+            s.is_up()
             self._take(s, got)
             answered += 1
         if answered == len(self.shards) and not any(s.exited for s in self.shards):
@@ -260,12 +295,13 @@ class RayDriver(Overview):
             return False
 
     def _take(self, s: _RayShard, got: dict[str, Any]) -> None:
-        if got["token"] != s.token:
-            if s.token is not None:
-                s.retire()
+        if s.new_incarnation(got["token"]):
+            if s.recreated:
+                s.recreated = False
+                log.warning("shard %d resumed on its node %s (now pid %d)", s.index, s.node,
+                            got["pid"])
+            elif s.incarnation > 1:
                 log.warning("shard %d was restarted by Ray (now pid %d)", s.index, got["pid"])
-            s.token = got["token"]
-            s.incarnation += 1
             if s.incarnation > 1 and s.actor is not None:  # restarted: it joins what is on
                 if self._stop_sent:
                     s.actor.stop.remote()
@@ -286,6 +322,7 @@ class RayDriver(Overview):
             return
         s.report = got["report"]
         if s.report is not None:
+            s.last = s.report
             s.report["pid"] = got["pid"]
             if s.report.get("limit"):
                 self._reached_limit(s)

@@ -337,3 +337,31 @@ def test_ray_options_are_checked_before_anything_is_written(
     assert done.returncode != 0 and len(err_lines) == 1, done.stderr
     assert "pip install 'kvcrawl[ray]'" in err_lines[0]
     assert not data.exists()
+
+
+def test_a_shard_is_logged_down_at_once_when_lost_and_not_while_its_actor_starts() -> None:
+    from crawler.run.raydriver import WAIT_LOG_EVERY, _RayShard
+
+    s = _RayShard(0)
+    assert not s.is_down(0.0)  # its actor has not answered yet: starting, not down
+    assert not s.is_down(WAIT_LOG_EVERY - 1)
+    assert s.is_down(WAIT_LOG_EVERY)  # silent that long: said
+    s.is_up()
+    assert s.new_incarnation("one")
+    assert s.is_down(100.0)  # up, then lost (a node's power cut): said at once
+    assert not s.is_down(101.0)
+    assert s.is_down(100.0 + WAIT_LOG_EVERY)  # and again every WAIT_LOG_EVERY
+    s.is_up()
+    assert s.is_down(140.0)  # the next outage: at once again, not 30 s after the last line
+
+
+def test_a_lost_incarnations_fetches_are_counted_from_its_last_report() -> None:
+    from crawler.run.raydriver import _RayShard
+
+    s = _RayShard(0)
+    s.new_incarnation("one")
+    s.report = s.last = {"fetched": 7, "outcomes": {"ok": 7}}
+    s.report = None  # lost with its node: no answer, no final
+    assert not s.new_incarnation("one")  # the same actor answering again is not new
+    assert s.new_incarnation("two")  # a new actor on the node back (or Ray's restart)
+    assert s.fetched_before == 7 and s.outcomes_before == {"ok": 7} and s.incarnation == 2
