@@ -108,6 +108,10 @@ def collect(data_dir: str, *, recount: bool = False) -> dict[str, Any]:
             last["state"] = top["state"]
         info["last_status"] = last
     info["state"] = _state(info)
+    if is_running(top):  # the running supervisor's or Ray driver's word on its shards
+        assert top is not None
+        info["shards_down"] = [p["shard"] for p in top.get("per_shard", [])
+                               if not p.get("up", True)]
     if len(dirs) > 1:
         info["per_shard"] = per_shard
     return info
@@ -128,6 +132,9 @@ def _text(args: argparse.Namespace, info: dict[str, Any]) -> list[str]:
     out: list[str] = []
     shards = f" ({info['shards']} shards)" if info["shards"] > 1 else ""
     out.append(f"crawl {args.data}: {info['state']}{shards}")
+    if info.get("shards_down"):
+        out.append(f"  shards down: {', '.join(map(str, info['shards_down']))} (not answering "
+                   "the running crawl; their links wait in the others' outboxes)")
     if info["absent_shards"]:
         out.append(f"  not on this machine: shards {', '.join(map(str, info['absent_shards']))} "
               "(counted below: only the shards here)")

@@ -96,7 +96,9 @@ class Overview:
         snap["running"] = True
         snap["time"] = time.time()
         snap["per_shard"] = [
-            {"shard": s.index, "incarnation": s.incarnation, **(s.report or {})}
+            # up: it answered the last round (a lost node's shards did not)
+            {"shard": s.index, "incarnation": s.incarnation, "up": s.report is not None,
+             **(s.report or {})}
             for s in self.shards
         ]
         return snap
