@@ -66,7 +66,7 @@ SEARCH_NAME = "search"  # crawler.search.schema.SEARCH_DIR: a shard's index, der
 # What a shard directory holds (at the top of DIR for one shard): moved aside as a whole.
 SHARD_ENTRIES = ("main", "pend", "badhosts", "robots", "sitemaps", "cookies", "prior",
                  "outbox", SEARCH_NAME, "depths.bin", "due.bin", "urls.log", "counts.json",
-                 STATUS_NAME, "inbox.sock")
+                 STATUS_NAME, "inbox.sock", "browser-profile")
 # Tests only: "POINT" or "POINT:N" kills this process (SIGKILL) the Nth time POINT is
 # reached: record (each MainDB record moved), built, committed, swap (each rename), swapped.
 KILL_ENV = "CRAWLER_TEST_RESHARD_KILL"

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crawl_helpers import REPO, fetched_urls, page_refetches, records, shard_paths
+from crawl_helpers import (
+    REPO,
+    cli_args,
+    fetched_urls,
+    page_refetches,
+    records,
+    shard_paths,
+)
 from test_shards import assert_owned, crawl, summary
 
 import kvstore
@@ -139,6 +146,41 @@ def test_reshard_between_runs_ends_at_the_oracle_with_no_page_fetched_twice(
         assert got["complete"] is (not limit)
     assert fetched_urls(data) == want
     assert page_refetches(web) == {}  # no page fetched twice across six runs and five reshards
+
+
+def test_a_crawl_on_ray_resumes_with_another_count_after_a_reshard(
+    make_testweb: MakeWeb, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ray", reason="the [ray] extra is not installed")  # CI installs it
+    from tools.rayenv import new_token, ray_env, stop_cluster
+
+    web = make_testweb(pages=300, hosts=6, seed=13, crawl_delay=0.0)
+    want = set(web.oracle.crawl().fetched)
+    data = tmp_path / "c"
+    token = new_token()
+    base = [a for a in cli_args(web, data) if a not in ("--processes", "1")]
+
+    def on_ray(shards: int, *extra: str) -> dict[str, object]:
+        done = subprocess.run([*base, "--ray", "local", "--shards", str(shards), *extra],
+                              cwd=REPO, env=ray_env(token), capture_output=True, text=True,
+                              timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return summary(done.stdout)
+
+    try:
+        assert on_ray(2, "--max-pages", "60")["complete"] is False
+        assert read_placement(str(data)) == ["127.0.0.1"] * 2
+        capsys.readouterr()
+        assert main(["reshard", str(data), "--shards", "3"]) == 0
+        out = capsys.readouterr().out
+        assert "round-robin over 1 node(s)" in out and "--ray ADDRESS --shards 3" in out
+        assert read_placement(str(data)) == ["127.0.0.1"] * 3
+        assert on_ray(3)["complete"] is True
+    finally:
+        stop_cluster(token)
+    assert fetched_urls(data) == want
+    assert page_refetches(web) == {}
+    assert_owned(data, 3)
 
 
 # -- kills at every phase, on one partial crawl ---------------------------------------------
