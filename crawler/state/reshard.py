@@ -66,7 +66,8 @@ SEARCH_NAME = "search"  # crawler.search.schema.SEARCH_DIR: a shard's index, der
 # What a shard directory holds (at the top of DIR for one shard): moved aside as a whole.
 SHARD_ENTRIES = ("main", "pend", "badhosts", "robots", "sitemaps", "cookies", "prior",
                  "outbox", SEARCH_NAME, "depths.bin", "due.bin", "urls.log", "counts.json",
-                 STATUS_NAME, "inbox.sock", "browser-profile")
+                 STATUS_NAME, "inbox.sock", "browser-profile",
+                 "outcomes.bin")  # an index of MainDB's versions: a fresh store has none
 # Tests only: "POINT" or "POINT:N" kills this process (SIGKILL) the Nth time POINT is
 # reached: record (each MainDB record moved), built, committed, swap (each rename), swapped.
 KILL_ENV = "CRAWLER_TEST_RESHARD_KILL"
@@ -156,6 +157,12 @@ def reshard(data_dir: str, count: int) -> ReshardReport:
         report.nodes = place(count, nodes)
     report.derived = os.path.isdir(os.path.join(data_dir, RANK_NAME)) or any(
         os.path.isdir(os.path.join(d, SEARCH_NAME)) for d in dirs)
+    if old > 1:
+        for d in dirs:  # what a newer crawler keeps and this one does not know: say so
+            unknown = sorted(set(os.listdir(d)) - set(SHARD_ENTRIES) - {"shards.json"})
+            unknown = [n for n in unknown if not n.endswith(".tmp")]
+            if unknown:
+                log.warning("%s: %s not carried to the new shards", d, ", ".join(unknown))
     plan = {"from": old, "to": count, "nodes": report.nodes}
     _build(data_dir, dirs, plan, report, checkpoint)
     _swap(data_dir, plan, checkpoint)
