@@ -13,7 +13,7 @@ import shlex
 import sys
 from typing import Any
 
-from ..config import MAX_SHARDS
+from ..config import MAX_PROCESSES, MAX_SHARDS
 from ..run.supervisor import take_lock
 from ..state.reshard import reshard
 from ..state.shards import RESHARD_NAME, crawl_count
@@ -77,8 +77,9 @@ def cmd_reshard(args: argparse.Namespace) -> int:
               "were dropped (fetched again when needed)")
     if report.derived:
         print("  the rank store and search indexes were removed: run rank / index again")
-    if report.nodes is not None:
-        _placement_lines(data, report.nodes)
+    if report.nodes is not None or report.new > MAX_PROCESSES:  # more than one machine runs
+        if report.nodes is not None:
+            _placement_lines(data, report.nodes)
         print(f"resume: python -m crawler start --data {shlex.quote(data)} --ray ADDRESS "
               f"--shards {report.new}")
     else:
