@@ -258,7 +258,8 @@ class Mover:
         for key, value in old.records(MAIN_NAME):
             try:
                 page = decode_page_head(value)
-                assert not isinstance(page, int)  # the whole record holds its head
+                if isinstance(page, int):  # shorter than its own head says
+                    raise CrawlerError(f"cut at {len(value)} bytes, its head ends at {page}")
             except (CrawlerError, ValueError, TypeError) as exc:
                 raise DataDirError(f"{old.path}/main: record {key.hex()} is not a page record "
                                    f"({exc}): reshard stopped, the crawl is as it was") from None
