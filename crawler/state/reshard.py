@@ -187,6 +187,7 @@ def _build(data_dir: str, dirs: list[str], plan: dict[str, Any], report: Reshard
             mover.move_shard(old)
         for old in olds:  # after every frontier: admission dedups against all of them
             mover.admit_outbox(old)
+        mover.improve_depths()
         for new in news:
             new.finish()
         news = []

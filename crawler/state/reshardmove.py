@@ -34,8 +34,9 @@ Then the outboxes of every old shard: each waiting link is admitted by its new
 owner as the frontier's admission would, deduplicated against that owner's
 MainDB and PendSet: a known URL is dropped, a new one goes into a new bulk,
 ``urls.log`` and ``depths.bin``. A shorter depth that a link brings for a URL
-its owner knows already is not applied (the live frontier would re-read the
-page; see docs/SHARDS.md). The ProcessingSet is memory only: nothing to move.
+its owner knows already is logged in ``depths.bin`` (a pending URL is claimed
+at it; a done page is not read again, as the live frontier would: see
+docs/SHARDS.md). The ProcessingSet is memory only: nothing to move.
 
 Not thread-safe: one reshard at a time (the crawl's locks see to it).
 """
@@ -59,7 +60,7 @@ from ..web.urls import parse, url_key
 from .admission import keys_array
 from .badhosts import BAD_HOSTS_NAME
 from .cookiestore import COOKIES_NAME, decode_site, encode_site
-from .depths import DEPTHS_NAME
+from .depths import DEPTHS_NAME, MAX_TRACKED_DEPTH
 from .due import DUE_NAME
 from .frontier import DEFAULT_BULK_SIZE, URL_LOG_NAME
 from .outbox import OUTBOX_NAME
@@ -150,6 +151,7 @@ class NewShard:
         self.tally = Tally()
         self.counter = 0  # the next PendDB bulk key
         self._waiting: list[Pending] = []  # entries not yet in a full bulk
+        self.offered: dict[bytes, int] = {}  # outbox links known here: the smallest depth
         self._files: dict[str, BinaryIO] = {}
 
     def store(self, name: str) -> kvstore.Store:
@@ -308,7 +310,7 @@ class Mover:
                                                .encode("utf-8"))
                 rec = np.empty(len(fresh), dtype=_LOGS[DEPTHS_NAME])
                 rec["key"] = np.frombuffer(b"".join(keys_in), dtype="V16")
-                rec["depth"] = [min(e.depth, 32_767) for e in entries_in]
+                rec["depth"] = [min(e.depth, MAX_TRACKED_DEPTH) for e in entries_in]
                 shard.file(DEPTHS_NAME).write(rec.tobytes())
                 went += len(fresh)
         return went
@@ -424,6 +426,37 @@ class Mover:
             self._count("outbox links", len(entries))
             self._count("outbox links admitted", self._route_entries(entries, admit=True))
 
+    def improve_depths(self) -> None:
+        """After the outboxes: a link known to its owner at a larger depth than it came
+        with gets a ``depths.bin`` record at the smaller one, as the frontier's
+        admission would (a pending URL is then claimed at it; a done page is not read
+        again: docs/SHARDS.md)."""
+        dtype = _LOGS[DEPTHS_NAME]
+        for shard in self.new:
+            if not shard.offered:
+                continue
+            offered = shard.offered
+            wanted = kvstore.KeySet()
+            wanted.add_many(keys_array(list(offered)))
+            last: dict[bytes, int] = {}
+            f = shard.file(DEPTHS_NAME)
+            f.flush()
+            path = os.path.join(shard.path, DEPTHS_NAME)
+            with open(path, "rb") as log_file:
+                while chunk := log_file.read(_CHUNK * dtype.itemsize):
+                    rec = np.frombuffer(chunk, dtype=dtype)
+                    keys = np.frombuffer(rec["key"].tobytes(), dtype=np.uint8).reshape(-1, 16)
+                    for i in np.flatnonzero(wanted.contains_many(keys)).tolist():
+                        last[keys[i].tobytes()] = int(rec["depth"][i])
+            better = [(k, d) for k, d in offered.items()
+                      if k in last and min(d, MAX_TRACKED_DEPTH) < last[k]]
+            if better:
+                rec = np.empty(len(better), dtype=dtype)
+                rec["key"] = np.frombuffer(b"".join(k for k, _ in better), dtype="V16")
+                rec["depth"] = [min(d, MAX_TRACKED_DEPTH) for _, d in better]
+                f.write(rec.tobytes())
+                self._count("shorter depths", len(better))
+
 
 def _admissible(shard: NewShard, entries: list[Pending],
                 keys: list[bytes]) -> list[tuple[Pending, bytes]]:
@@ -435,7 +468,10 @@ def _admissible(shard: NewShard, entries: list[Pending],
     known = (shard.main.contains_many(arr) | shard.pend_set.contains_many(arr)).tolist()
     out: dict[bytes, Pending] = {}
     for e, k, old in zip(entries, keys, known, strict=True):
-        if not old and k not in out:
+        if old:  # its depth may still be news (improve_depths)
+            offered = shard.offered.get(k)
+            shard.offered[k] = e.depth if offered is None else min(offered, e.depth)
+        elif k not in out:
             out[k] = e
     return [(e, k) for k, e in out.items()]
 

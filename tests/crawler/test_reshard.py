@@ -82,11 +82,11 @@ def pending_urls(data: Path) -> dict[str, int]:
     return out
 
 
-def inject_outbox(data: Path, count: int, urls: list[str]) -> None:
+def inject_outbox(data: Path, count: int, urls: list[str], depth: int = 1) -> None:
     """Links waiting in shard 0's outbox for their owners (what a stop leaves when the
     owner had not answered), written through the crawler's own Outbox."""
     box = Outbox(str(data / "shard-00"), Router(ShardPlace(0, count)))
-    box.route([(url_key(u), Pending(u, 1)) for u in urls])
+    box.route([(url_key(u), Pending(u, depth)) for u in urls])
     assert box.write() == len(urls)
     box.close()
 
@@ -195,6 +195,7 @@ def partial(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         crawl_part(web, data, 100, "--revisit-after", "1h")  # due.bin, prior/
         want = set(web.oracle.crawl().fetched)
         inject_outbox(data, 2, foreign(want - set(records(data)) - set(pending_urls(data)), 2))
+        inject_outbox(data, 2, foreign(set(pending_urls(data)), 2)[:1], depth=0)  # shorter
         host = sorted(host_of(u) for u in records(data))[0]
         assert main(["recrawl", str(data), "--older-than", "0", "--host", host]) == 0
         for i, cookie_host in enumerate(COOKIE_HOSTS):  # each set by its host's shard
@@ -331,6 +332,11 @@ def test_every_kind_of_state_goes_to_the_owner_of_its_host(
             after_log = log_records(data, name, width)
             assert before_log and before_log <= Counter(r for _, r in after_log), name
             assert all(i == key_owner[r[:16]] for i, r in after_log), name
+        # the pending link that came from the outbox at depth 0 is remembered at it
+        with kvstore.open(partial / "shard-00" / "outbox", readonly=True) as box:
+            short = [url_key(e.url) for k in box for e in decode_bulk(box[k]) if e.depth == 0]
+        depths = [r for _, r in log_records(data, "depths.bin", 18) if r[:16] == short[0]]
+        assert len(short) == 1 and len(depths) >= 2 and depths[-1][16:] == b"\0\0"
         lines = [(i, u) for i, shard in enumerate(shard_paths(data))
                  for u in (shard / "urls.log").read_text().splitlines()]
         assert all(i == owner(host_of(u), n) for i, u in lines)
