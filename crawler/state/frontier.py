@@ -61,14 +61,15 @@ from dataclasses import dataclass, field
 import kvstore
 
 from ..config import DEFAULT_SYNC_INTERVAL
-from ..exceptions import DataDirError
+from ..exceptions import CrawlerError, DataDirError
 from ..web.urls import url_key
 from .admission import DEFAULT_RECENT_KEYS, DEFAULT_VECTOR_BATCH, Admission
 from .admission import keys_array as _keys_array
 from .depths import Depths, Expand
 from .due import MAX_REVISITS_PER_SCAN, DueTimes, scan_interval
 from .outbox import Outbox
-from .pages import Pending, decode_bulk, encode_bulk
+from .outcomelog import OutcomeLog
+from .pages import PageRecord, Pending, decode_bulk, decode_page, encode_bulk
 from .shards import Router
 from .syncer import Syncer, compact_if_wasted
 from .tally import Keeper
@@ -116,6 +117,15 @@ class Outcome:
     record: bytes | None  # an encoded PageRecord, or None to requeue the URL
     requeue: Pending | None = None  # the entry to requeue (attempts updated)
     links: list[tuple[bytes, Pending]] = field(default_factory=list)  # (url_key, entry)
+
+
+def _head(value: bytes) -> PageRecord | None:
+    """A record's head, for the counters and the outcome log (None: it does not decode,
+    which a record the engine just encoded always does)."""
+    try:
+        return decode_page(value, with_body=False)
+    except (CrawlerError, ValueError, TypeError):
+        return None
 
 
 def _own(links: list[tuple[bytes, Pending]]) -> list[tuple[bytes, Pending]]:
@@ -187,6 +197,8 @@ class Frontier:
         # The smallest depth of each URL (crawler.state.depths); ``expand`` reads a
         # done page again when a shorter path to it turns up (the engine's).
         self.depths = Depths(data_dir, track=track_depth)
+        # Each record's selection facts, apart from its body (crawler.state.outcomelog).
+        self.outcomes = OutcomeLog(data_dir)
         self.expand = expand
         # start --revisit-after: when each done page is due again (crawler.state.due);
         # a due page's record goes to ``prior`` (for the conditional GET) as it is re-queued.
@@ -388,13 +400,17 @@ class Frontier:
         if stored or rewrites:
             for o in stored:
                 rewrites.setdefault(o.claimed.key, o.record)  # type: ignore[arg-type]
+            keys, values = list(rewrites), list(rewrites.values())
             if self.due is not None:  # logged before the records are in MainDB
-                self.due.note(list(rewrites), list(rewrites.values()))
+                self.due.note(keys, values)
                 self.due.write()
-            self.tally.records(self.main, list(rewrites), list(rewrites.values()))
-            self.main.put_many(list(rewrites), list(rewrites.values()))
+            heads = [_head(v) for v in values]
+            self.tally.records(self.main, keys, heads)
+            self.main.put_many(keys, values)
+            self.outcomes.note(self.main, keys, heads)
         if stored or rewrites:
             self.main.flush()
+            self.outcomes.write()  # after MainDB's flush: it logs no record a kill lost
         if batch:
             self.processing.discard_many(_keys_array([o.claimed.key for o in batch]))
         with self._lock:
@@ -466,6 +482,7 @@ class Frontier:
     def _sync_stores(self) -> None:
         self.pend.sync()
         self.depths.log.sync()
+        self.outcomes.sync()
         if self.due is not None:
             self.due.log.sync()
         if self.prior is not None:
@@ -531,7 +548,7 @@ class Frontier:
             except BaseException:  # noqa: BLE001 - the first failure is the one reported
                 pass
             closings = [self._admission.close, self.pend.abandon, self.depths.log.abandon,
-                        self.main.abandon]
+                        self.outcomes.abandon, self.main.abandon]
             if self.due is not None:
                 closings.append(self.due.log.abandon)
             if self.outbox is not None:
@@ -546,6 +563,7 @@ class Frontier:
         self._admission.close()
         self.pend.close()
         self.depths.log.close()
+        self.outcomes.close()
         if self.due is not None:
             self.due.log.close()
         self.main.close()

@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-__all__ = ["RecordLog"]
+__all__ = ["RecordLog", "keys_of", "read_chunks"]
 
 _CHUNK = 1 << 20  # records read at a time on open: memory stays bounded
 
@@ -26,7 +26,7 @@ class RecordLog:
     ``kind``. Not thread-safe, except ``sync`` (an fsync beside the appends, from the
     frontier's syncer)."""
 
-    def __init__(self, path: str, field: str, kind: str) -> None:
+    def __init__(self, path: str, field: str, kind: str | np.dtype) -> None:
         self.path = path
         self.field = field
         self.dtype = dtype = np.dtype([("key", "V16"), (field, kind)])
@@ -40,17 +40,18 @@ class RecordLog:
 
     def chunks(self) -> Iterator[np.ndarray]:
         """The records on disk at open, oldest first, a bounded chunk at a time."""
-        step = _CHUNK * self.dtype.itemsize
-        with open(self.path, "rb") as f:
-            done = 0
-            while done < self.whole:
-                rec = np.frombuffer(f.read(min(step, self.whole - done)), dtype=self.dtype)
-                done += rec.nbytes
-                yield rec
+        return read_chunks(self.path, self.dtype, self.whole)
 
     def stage(self, items: Iterable[tuple[bytes, int]]) -> None:
         """(key, value) records for the next ``write``."""
         self._staged += items
+
+    def append(self, records: np.ndarray) -> None:
+        """Append ``records`` (of this log's dtype) and flush them to the OS (raises
+        OSError, a full disk)."""
+        if len(records):
+            self._file.write(records.astype(self.dtype, copy=False).tobytes())
+            self._file.flush()
 
     def write(self) -> None:
         """Append the staged records and flush them to the OS (raises OSError, a full
@@ -75,6 +76,30 @@ class RecordLog:
             self._file.close()
         except OSError:
             pass
+
+
+def read_chunks(path: str, dtype: np.dtype, size: int | None = None) -> Iterator[np.ndarray]:
+    """The whole records of the log at ``path`` (its first ``size`` bytes; None: as it is
+    now), oldest first, a bounded chunk at a time: a reader that writes nothing, beside
+    a writer (a record the writer is appending is not whole yet, and not read)."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return
+    with f:
+        total = os.fstat(f.fileno()).st_size if size is None else size
+        whole = total - total % dtype.itemsize
+        step = _CHUNK * dtype.itemsize
+        done = 0
+        while done < whole:
+            want = min(step, whole - done)
+            data = f.read(want)
+            n = len(data) - len(data) % dtype.itemsize
+            if n:
+                yield np.frombuffer(data[:n], dtype=dtype)
+            if len(data) < want:
+                return  # cut under us (a writer truncating a torn tail)
+            done += n
 
 
 def keys_of(records: np.ndarray) -> np.ndarray:

@@ -8,8 +8,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..exceptions import URLError
 from ..web.urls import host_of
+from .outcomelog import host_prefix, hosts_u64
 from .pages import PageRecord
 from .retry import RetryReport, Selection, requeue
 
@@ -29,6 +32,16 @@ class RecrawlSelection:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_status", Selection(statuses=self.statuses))
         object.__setattr__(self, "hosts", tuple(h.lower().rstrip(".") for h in self.hosts))
+
+    def pick(self, facts: np.ndarray) -> np.ndarray:
+        """``matches`` over outcome log rows (crawler.state.outcomelog): a bool each."""
+        chosen = (facts["status"] > 0) & (facts["fetched"] <= self.now - self.older_than)
+        if self.statuses:
+            chosen &= self._status.pick(facts)
+        if self.hosts:
+            wanted = hosts_u64([host_prefix(h) for h in self.hosts])
+            chosen &= np.isin(hosts_u64(facts["host"]), wanted)
+        return chosen
 
     def matches(self, page: PageRecord) -> bool:
         if page.status <= 0 or page.fetched_at > self.now - self.older_than:

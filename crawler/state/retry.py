@@ -81,6 +81,7 @@ from ..exceptions import CrawlerError, DataDirError, URLError
 from ..web.urls import host_key, host_of, parse, url_key
 from .badhosts import BAD_HOSTS_NAME
 from .frontier import DEFAULT_BULK_SIZE
+from .outcomelog import OutcomeLog, hosts_u64, standing, words
 from .pages import PageRecord, Pending, decode_bulk, encode_bulk, read_page_head
 from .robotsstore import ROBOTS_STORE_NAME, store_key
 from .shards import shard_dirs
@@ -145,6 +146,14 @@ class Selection:
     def everything_failed(self) -> bool:
         return not self.reasons and not self.statuses
 
+    def pick(self, facts: np.ndarray) -> np.ndarray:
+        """``matches`` over outcome log rows (crawler.state.outcomelog): a bool each."""
+        which, distinct = words(facts)
+        said = [self.matches(PageRecord("", status, 0.0, 0, reason=reason, truncated=cut))
+                for status, reason, cut in distinct]
+        picked: np.ndarray = np.array(said, dtype=bool)[which]
+        return picked
+
     def matches(self, page: PageRecord) -> bool:
         if self.everything_failed:
             return is_failure(page)
@@ -165,6 +174,8 @@ class RetryReport:
     robots_cleared: int = 0  # kept robots.txt answers forgotten (dry: that would be)
     already_pending: int = 0  # URLs found in a live bulk already (an interrupted retry)
     damaged: int = 0  # records that could not be read, left alone
+    from_log: int = 0  # records selected by their outcome log rows (no read)
+    heads_read: int = 0  # records whose heads were read (no standing log row, or taken)
     shards: int = 1
     dry_run: bool = False
 
@@ -191,6 +202,8 @@ class _Shard:
         self.live = kvstore.KeySet()  # url_keys of the URLs in live bulks
         self.counter = 0  # the next free bulk key
         self.tally: Tally | None = None  # the shard's counters, if current (kept current)
+        self.outcomes: OutcomeLog | None = None  # a real run logs the records it read
+        self.bad_prefixes: dict[bytes, list[bytes]] | None = None  # BadHosts keys by prefix
         try:
             self.main = self._open(MAIN_NAME)  # first, as the frontier: a crawl holds it
             self.pend = self._open(PEND_NAME)
@@ -208,6 +221,7 @@ class _Shard:
                 self.counter = top + 1
             if not readonly:  # our locks keep the committer out: the counters hold still
                 self.tally = stale_reason(data_dir)[0]
+                self.outcomes = OutcomeLog(data_dir)
         except BaseException:
             self.close()
             raise
@@ -227,6 +241,8 @@ class _Shard:
         return store
 
     def close(self) -> None:
+        if self.outcomes is not None:
+            self.outcomes.close()
         for store in self.stores:
             store.close()
 
@@ -267,30 +283,32 @@ def requeue(data_dir: str, selection: Selection | Any, *, dry_run: bool = False,
 
 
 def _requeue_shard(shard: _Shard, selection: Selection, report: RetryReport, chunk: int) -> None:
-    batch: list[tuple[bytes, PageRecord]] = []
-    cleared: set[bytes] = set()  # BadHosts and robots store keys already deleted
     main = shard.main
     assert main is not None  # dirs were chosen for their main/
-    for key in main:
-        try:  # the header is enough to select: the body is not read
-            page = read_page_head(partial(main.get_prefix, key))
-            picked = selection.matches(page)
-            if picked and not shard.readonly:
-                main[key]  # read whole, CRC-checked: a damaged record is left alone
-        except (kvstore.exceptions.CorruptStoreError, CrawlerError, ValueError, TypeError) as exc:
-            # as crawler.read.listing: ValueError is bad JSON or UTF-8, TypeError unknown fields
-            report.damaged += 1
-            log.warning("%s: record %s is damaged, left alone: %s", shard.data_dir, key.hex(), exc)
-            continue
-        if picked:
-            batch.append((key, page))
-            if len(batch) >= chunk:
-                _write_chunk(shard, batch, report, cleared)
-                batch = []
-    if batch:
-        _write_chunk(shard, batch, report, cleared)
+    state = _Walk(shard, selection, report, chunk)
+    covered = kvstore.KeySet()  # live keys whose standing log record was seen
+    pick = getattr(selection, "pick", None)  # a selection that reads log rows
+    if pick is not None:
+        for keys, facts in standing(shard.data_dir, main, covered):
+            picked = pick(facts)
+            report.from_log += len(keys)
+            keys, facts = keys[picked], facts[picked]
+            if not shard.readonly:  # a real run reads each record it takes, whole
+                state.read([k.tobytes() for k in keys], heal=False)
+                continue
+            robots = _robots_rows(facts)  # their robots.txt origin is in the URL: read
+            state.read([k.tobytes() for k in keys[robots]], heal=False)
+            _count_rows(shard, keys[~robots], facts[~robots], report, state.cleared)
+    if len(covered) < len(main):  # records the log does not stand for: read their heads
+        _, keys, versions = main.versions()
+        missing = ~covered.contains_many(keys) if len(covered) else np.ones(len(keys), bool)
+        order = np.argsort(versions[missing], kind="stable")  # file order: one sweep
+        state.read([k.tobytes() for k in keys[missing][order]], heal=True)
+    state.finish()
     if not shard.readonly:
         main.sync()
+        if shard.outcomes is not None:
+            shard.outcomes.sync()
         if shard.tally is not None:  # after the deletes reached the disk: stamped with them
             assert shard.pend is not None
             shard.tally.pending_bulks = len(shard.pend)
@@ -298,6 +316,91 @@ def _requeue_shard(shard: _Shard, selection: Selection, report: RetryReport, chu
                 write_counts(shard.data_dir, shard.tally, shard_stamp(shard.data_dir))
             except OSError as exc:  # stale then: status reads every record
                 log.warning("%s: outcome counters not written: %s", shard.data_dir, exc)
+
+
+class _Walk:
+    """The records of one shard read and selected by their heads: the chunk being
+    gathered, and the hosts and robots answers already counted or cleared."""
+
+    def __init__(self, shard: _Shard, selection: Selection, report: RetryReport,
+                 chunk: int) -> None:
+        self.shard, self.selection, self.report, self.chunk = shard, selection, report, chunk
+        self.batch: list[tuple[bytes, PageRecord]] = []
+        self.cleared: set[bytes] = set()  # BadHosts and robots store keys already counted
+
+    def read(self, keys: list[bytes], *, heal: bool) -> None:
+        """Read the heads of ``keys``; ``heal``: log the records a real run leaves (they
+        had no standing log record)."""
+        main, shard = self.shard.main, self.shard
+        assert main is not None
+        kept: list[tuple[bytes, PageRecord]] = []
+        for key in keys:
+            self.report.heads_read += 1
+            try:  # the header is enough to select: the body is not read
+                page = read_page_head(partial(main.get_prefix, key))
+                picked = self.selection.matches(page)
+                if picked and not shard.readonly:
+                    main[key]  # read whole, CRC-checked: a damaged record is left alone
+            except (kvstore.exceptions.CorruptStoreError, CrawlerError, ValueError,
+                    TypeError) as exc:
+                # as crawler.read.listing: ValueError is bad JSON or UTF-8, TypeError fields
+                self.report.damaged += 1
+                log.warning("%s: record %s is damaged, left alone: %s", shard.data_dir,
+                            key.hex(), exc)
+                continue
+            if picked:
+                self.batch.append((key, page))
+                if len(self.batch) >= self.chunk:
+                    _write_chunk(shard, self.batch, self.report, self.cleared)
+                    self.batch = []
+            elif heal and shard.outcomes is not None:
+                kept.append((key, page))
+                if len(kept) >= self.chunk:
+                    self._heal(kept)
+                    kept = []
+        self._heal(kept)
+
+    def _heal(self, kept: list[tuple[bytes, PageRecord]]) -> None:
+        outcomes, main = self.shard.outcomes, self.shard.main
+        if kept and outcomes is not None and main is not None:
+            outcomes.note(main, [k for k, _ in kept], [p for _, p in kept])
+            outcomes.write()
+
+    def finish(self) -> None:
+        if self.batch:
+            _write_chunk(self.shard, self.batch, self.report, self.cleared)
+            self.batch = []
+
+
+def _robots_rows(facts: np.ndarray) -> np.ndarray:
+    which, distinct = words(facts)
+    robots: np.ndarray = np.array([reason.startswith("robots_") for _, reason, _ in distinct],
+                                  dtype=bool)[which]
+    return robots
+
+
+def _count_rows(shard: _Shard, keys: np.ndarray, facts: np.ndarray, report: RetryReport,
+                cleared: set[bytes]) -> None:
+    """A dry run's counts of the log rows it takes, as _write_chunk counts records."""
+    if not len(keys):
+        return
+    which, distinct = words(facts)
+    per = np.bincount(which, minlength=len(distinct)).tolist()
+    for (status, reason, cut), n in zip(distinct, per, strict=True):
+        if n:
+            report.counts[outcomes.outcome_key(status, reason, cut)] += n
+    report.already_pending += int(shard.live.contains_many(keys).sum())
+    if shard.bad is not None and len(shard.bad):
+        if shard.bad_prefixes is None:  # BadHosts is small next to MainDB: read its keys once
+            shard.bad_prefixes = {}
+            for h in shard.bad:
+                shard.bad_prefixes.setdefault(h[:8], []).append(h)
+        hosts = np.unique(hosts_u64(facts["host"])).astype("<u8").tobytes()
+        for i in range(0, len(hosts), 8):
+            for h in shard.bad_prefixes.get(hosts[i:i + 8], ()):
+                if h not in cleared:
+                    cleared.add(h)
+                    report.hosts_cleared += 1
 
 
 def _write_chunk(shard: _Shard, batch: list[tuple[bytes, PageRecord]], report: RetryReport,

@@ -53,7 +53,7 @@ from ..exceptions import CrawlerError, DataDirError
 from ..outcomes import outcome_key
 from .admission import keys_array
 from .jsonfile import read_json
-from .pages import decode_page
+from .pages import PageRecord, decode_page
 
 log = logging.getLogger(__name__)
 
@@ -202,20 +202,23 @@ class Keeper:
         if self.tally is not None:
             self.tally.pending += n
 
-    def records(self, main: kvstore.Store, keys: list[bytes], values: list[bytes]) -> None:
-        """Count the records about to be put (before the put: an old one is read)."""
+    def records(self, main: kvstore.Store, keys: list[bytes],
+                pages: list[PageRecord | None]) -> None:
+        """Count the records about to be put (before the put: an old one is read);
+        ``pages``: their heads (None: one that would not decode)."""
         tally = self.tally
         if tally is None or not keys:
             return
         try:
             known = main.contains_many(keys_array(keys)).tolist()
-            for key, value, old in zip(keys, values, known, strict=True):
+            for key, page, old in zip(keys, pages, known, strict=True):
+                if page is None:
+                    raise CrawlerError("a new record does not decode")
                 if old:
                     was = decode_page(main[key], with_body=False)
                     tally.count(was.status, outcome_key(was.status, was.reason, was.truncated),
                                 -1)
                     tally.pending += 1  # undone below: a rewrite leaves pending as it was
-                page = decode_page(value, with_body=False)
                 tally.count(page.status, outcome_key(page.status, page.reason, page.truncated))
                 tally.pending -= 1
         except (kvstore.exceptions.KVStoreError, CrawlerError, ValueError, TypeError) as exc:
