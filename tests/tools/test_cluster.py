@@ -1,0 +1,57 @@
+"""tools/cluster.py: Ray nodes in network namespaces, each with its own disk; down after a crash."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools.cluster import Cluster, down_all, refused
+from tools.rayenv import token_pids
+
+pytest.importorskip("ray", reason="the [ray] extra is not installed")  # CI installs it
+NAMESPACES = "needs network namespaces (root, ip netns, veth, a bridge); this kernel refused"
+pytestmark = pytest.mark.ci_may_skip(NAMESPACES)
+
+REACH = """
+import socket, sys
+socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30).close()
+"""
+
+
+def ours(prefix: str, listing: list[str]) -> list[str]:
+    return [x for x in listing if x.startswith(prefix)]
+
+
+def test_nodes_have_their_own_disk_and_down_all_removes_what_a_crashed_run_left() -> None:
+    why = refused()
+    if why is not None:
+        pytest.skip(f"{NAMESPACES}: {why}")
+    cluster = Cluster.create(2)
+    try:
+        cluster.up()
+        # node 1 reaches the head's GCS over the bridge, and writes on its own disk
+        host, port = cluster.head_address.split(":")
+        reach = subprocess.run(cluster.command(1, [sys.executable, "-c", REACH, host, port]),
+                               env=cluster.env, capture_output=True, text=True, timeout=60)
+        assert reach.returncode == 0, reach.stderr
+        mark = os.path.join(cluster.mount, "mark")
+        subprocess.run(cluster.command(1, ["touch", mark]), check=True, timeout=60)
+        assert [os.path.exists(Path(n.root, "mark")) for n in cluster.nodes] == [False, True]
+        assert not os.path.exists(mark)  # nothing is mounted in the root namespace
+        assert token_pids(cluster.token)  # its Ray processes run
+    except BaseException:
+        cluster.down()
+        raise
+    # a crashed run leaves all of it behind; down --all finds it by its names
+    removed = down_all(ident=cluster.id)
+    assert {f"netns {n.netns}" for n in cluster.nodes} <= set(removed)
+    assert f"link {cluster.bridge}" in removed and f"dir {cluster.base}" in removed
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"kvc-{cluster.id}" not in netns and f"kvc{cluster.id}" not in links
+    assert not os.path.exists(cluster.base) and token_pids(cluster.token) == []
+    cluster.down()  # and down is idempotent: nothing left to remove is no error
