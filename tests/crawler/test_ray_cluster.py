@@ -1,0 +1,176 @@
+"""A crawl on a real Ray cluster of 3 nodes, each in its own network namespace with its own
+disk (tools/cluster.py): placement over the nodes, and a node lost and returned."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from cluster_helpers import (
+    NAMESPACES,
+    cluster_fetched,
+    node_root,
+    placement,
+    ray_cluster,  # noqa: F401 - the fixture
+    shard_path,
+)
+from crawl_helpers import REPO
+from test_ray import open_during, ray_args, refetches_by_shard
+from test_shards import answered, summary, tail, wait_until
+
+from crawler.cli import main
+from crawler.state.shards import owner, shard_dir
+from tools.cluster import Cluster
+from tools.testweb import TestWeb
+
+pytest.importorskip("ray", reason="the [ray] extra is not installed")  # CI installs it
+pytestmark = pytest.mark.ci_may_skip(NAMESPACES)
+
+MakeWeb = Callable[..., TestWeb]
+SHARDS = 6  # 2 on each of the 3 nodes
+THREADS = 8
+HOSTS = 14  # the fewest h0.test... that give each of the 6 shards a host
+
+
+def start(cluster: Cluster, web: TestWeb, rel: str, log: Path,
+          *extra: str) -> subprocess.Popen[bytes]:
+    """The crawl's driver, on the head node (a Ray driver attaches to its node's raylet),
+    its DIR the cluster's mount/``rel`` (on every node: that node's own root)."""
+    args = ray_args(web, Path(cluster.mount, rel), cluster.head_address, SHARDS,
+                    "--threads", str(THREADS), "--status-interval", "0.2", *extra)
+    with open(log, "ab") as err:
+        return subprocess.Popen(cluster.command(0, args), cwd=REPO, env=cluster.env,
+                                stdout=subprocess.PIPE, stderr=err)
+
+
+def driver_status(cluster: Cluster, rel: str) -> dict[str, object]:
+    """The driver's status.json (on the head's disk), {} until it is written."""
+    try:
+        return dict(json.loads(Path(cluster.nodes[0].root, rel, "status.json").read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def per_shard(cluster: Cluster, rel: str) -> list[dict[str, object]]:
+    return list(driver_status(cluster, rel).get("per_shard", []))  # type: ignore[call-overload]
+
+
+def repeats(web: TestWeb, t0: float) -> list[tuple[str, str, float, float | None, int | None]]:
+    """Requests of a URL asked more than once: (url, peer, start, end, status), times
+    from ``t0``."""
+    seen: dict[str, list[tuple[str, str, float, float | None, int | None]]] = {}
+    for r in web.log.records():
+        seen.setdefault(r.url, []).append(
+            (r.url, r.peer, round(r.start - t0, 2),
+             None if r.end is None else round(r.end - t0, 2), r.status))
+    return [x for reqs in seen.values() if len(reqs) > 1 for x in reqs]
+
+
+def assert_each_shard_on_its_node_only(cluster: Cluster, rel: str) -> None:
+    for i in range(SHARDS):
+        own = shard_path(cluster, rel, i, SHARDS)
+        assert (own / "main").is_dir(), own
+        for n in cluster.nodes:
+            if Path(n.root) != node_root(cluster, placement(cluster, rel)[i]):
+                assert not os.path.exists(shard_dir(str(Path(n.root, rel)), i, SHARDS)), (i, n)
+
+
+def test_a_crawl_over_three_nodes_matches_the_oracle_with_each_shard_on_its_node(
+    make_testweb: MakeWeb, tmp_path: Path, ray_cluster: Cluster,  # noqa: F811
+) -> None:
+    cluster = ray_cluster
+    web = make_testweb(pages=280, hosts=HOSTS, seed=5, crawl_delay=0.02, address=cluster.gateway)
+    want = web.oracle.crawl()
+    log = tmp_path / "crawl.log"
+    proc = start(cluster, web, "placed", log, "--per-host", "1", "--delay", "0.01")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, tail(log)
+    got = summary(out.decode())
+    assert got["complete"] is True and got["shards"] == SHARDS
+    assert cluster_fetched(cluster, "placed", SHARDS) == set(want.fetched)
+    assert web.log.urls() == set(want.requests)
+    assert not web.log.duplicates()  # each page (and robots.txt) requested once
+    assert {owner(h, SHARDS) for h in web.log.hosts()} == set(range(SHARDS))  # all worked
+    for host in web.log.hosts():  # one owner per host: its politeness is exact
+        assert web.log.max_concurrency(host) <= 1, host
+        delay = max(0.01, want.crawl_delay.get(host, 0.0))
+        assert all(g >= delay - 0.01 for g in web.log.gaps(host)), host
+    # the alive nodes in address order, round-robin; each shard's files on its node only
+    addresses = [n.address for n in cluster.nodes]
+    assert placement(cluster, "placed") == [addresses[i % 3] for i in range(SHARDS)]
+    assert_each_shard_on_its_node_only(cluster, "placed")
+
+
+
+def test_a_lost_node_waits_and_its_return_resumes_its_shards_with_nothing_lost(
+    make_testweb: MakeWeb, tmp_path: Path, ray_cluster: Cluster,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cluster = ray_cluster
+    web = make_testweb(pages=1400, hosts=HOSTS, seed=7, crawl_delay=0.0,
+                       address=cluster.gateway)
+    want = set(web.oracle.crawl().fetched)
+    log = tmp_path / "crawl.log"
+    lost = 2  # node 2 holds shards 2 and 5
+    gone = {i for i in range(SHARDS) if i % len(cluster.nodes) == lost}
+    proc = start(cluster, web, "lost", log, "--per-host", "2")
+    try:
+        wait_until(lambda: len([s for s in per_shard(cluster, "lost") if s.get("pid")])
+                   == SHARDS, "every shard up", 180)
+        target = answered(web) + 250
+        wait_until(lambda: answered(web) >= target or proc.poll() is not None, "progress", 180)
+        assert proc.poll() is None, f"the crawl ended before the power cut:\n{tail(log)}"
+        reported = sum(int(p.get("fetched", 0)) for p in per_shard(cluster, "lost")
+                       if p["shard"] in gone)
+        t_cut = time.time()
+        cluster.kill_node(lost)  # link down, every process SIGKILLed, namespace gone
+        t_dead = time.time()
+        # The driver sees the shards gone; the others crawl on and keep the lost
+        # shards' links in their outboxes (on their own disks)
+        wait_until(lambda: driver_status(cluster, "lost").get("shards_up") == SHARDS - len(gone),
+                   "the driver seeing the lost shards", 180)
+        before = answered(web)
+        wait_until(lambda: sum(int(s.get("outbox", 0)) for s in per_shard(cluster, "lost")) > 0,
+                   "links for the lost shards waiting in outboxes", 120)
+        wait_until(lambda: answered(web) > before, "the others crawling on", 120)
+        assert main(["status", str(Path(cluster.nodes[0].root, "lost")), "--json"]) == 0
+        info = json.loads(capsys.readouterr().out)
+        assert info["running"] is True and info["shards_down"] == sorted(gone)
+        assert proc.poll() is None, tail(log)
+        t_back = time.time()
+        cluster.start_node(lost)  # the same address, the same disk
+        out, _ = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, tail(log)
+    got = summary(out.decode())
+    assert got["complete"] is True
+    assert cluster_fetched(cluster, "lost", SHARDS) == want
+    assert_each_shard_on_its_node_only(cluster, "lost")
+    # The lost incarnations' fetches are counted, up to their last report: what no
+    # report said before the cut is the most that can be missing
+    lost_fetches = sum(1 for r in web.log.records() if owner(r.host, SHARDS) in gone
+                       and r.start <= t_dead)
+    fetched = int(str(got["fetched"]))
+    assert fetched >= len(want) - (lost_fetches - reported), (fetched, lost_fetches, reported)
+    # the loss is logged at once, for the lost shards only (not for actors starting)
+    down = [ln for ln in log.read_text().splitlines() if " is down for " in ln]
+    assert {int(ln.split("shard ")[1].split()[0]) for ln in down} == gone, down
+    # nobody fetched the lost shards' hosts while their node was down
+    assert not [r for r in web.log.records() if owner(r.host, SHARDS) in gone
+                and t_dead < r.start < t_back]
+    # a refetch is of a URL in flight on the lost node at the cut (or within the
+    # committer's bound, the thread count, of one shard); the others refetched nothing
+    refetched = refetches_by_shard(web, SHARDS)
+    bound = open_during(web, gone, SHARDS, t_cut, t_dead) + len(gone) * THREADS
+    assert sum(refetched.get(s, 0) for s in gone) <= bound, (refetched, bound)
+    assert all(refetched.get(s, 0) == 0 for s in range(SHARDS) if s not in gone), (
+        refetched, repeats(web, t_cut))
+    print("refetches by shard:", refetched)
