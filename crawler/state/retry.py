@@ -172,7 +172,8 @@ class RetryReport:
     counts: Counter[str] = field(default_factory=Counter)  # re-queued records by outcome key
     hosts_cleared: int = 0  # BadHosts entries deleted (dry: that would be)
     robots_cleared: int = 0  # kept robots.txt answers forgotten (dry: that would be)
-    already_pending: int = 0  # URLs found in a live bulk already (an interrupted retry)
+    already_pending: int = 0  # URLs found in a live bulk already (an interrupted retry);
+    # counted by a real run only
     damaged: int = 0  # records that could not be read, left alone
     from_log: int = 0  # records selected by their outcome log rows (no read)
     heads_read: int = 0  # records whose heads were read (no standing log row, or taken)
@@ -211,7 +212,9 @@ class _Shard:
             has_robots = os.path.isdir(os.path.join(data_dir, ROBOTS_STORE_NAME))
             self.robots = self._open(ROBOTS_STORE_NAME) if has_robots else None
             self.prior = self._open(PRIOR_NAME) if keep_prior else None
-            if self.pend is not None:
+            # The live bulks' URLs and the next free bulk key: a real run's. A dry run
+            # would decode every pending URL only to count already_pending.
+            if self.pend is not None and not readonly:
                 top = -1
                 for bk in self.pend:
                     top = max(top, int.from_bytes(bk, "big"))
