@@ -1,5 +1,6 @@
-"""`retry --dry-run` and `recrawl --dry-run` on a crawl directory, one checkout against
-another (issue 31: the selection reads each record's head, not its body).
+"""`retry --dry-run` and `recrawl --dry-run` on crawl directories, one checkout against
+another (issue 31: a selection that reads no body; give a copy of a crawl without its
+``outcomes.bin`` as a second ``--data`` to see what the outcome log saves).
 
 Each run is a fresh ``python -m crawler`` in the checkout's directory, alternating
 between the checkouts; a table of the median wall time, the bytes the process read
@@ -23,8 +24,9 @@ import sys
 import time
 
 # Runs the CLI, then prints the process's I/O counters as the last line of stderr.
-_RUNNER = ("import sys, crawler.cli as c; rc = c.main(sys.argv[1:]); "
-           "print('IO', open('/proc/self/io').read().replace(chr(10), ' '), file=sys.stderr); "
+_RUNNER = ("import resource, sys, crawler.cli as c; rc = c.main(sys.argv[1:]); "
+           "print('IO', open('/proc/self/io').read().replace(chr(10), ' '), 'maxrss_kb:', "
+           "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
            "sys.exit(rc)")
 COMMANDS = {
     "retry": ["retry", "{data}", "--dry-run"],
@@ -81,11 +83,13 @@ def main(argv: list[str] | None = None) -> int:
                     "median_s": round(statistics.median(r[0] for r in runs), 2),
                     "rchar_mb": round(statistics.median(r[1]["rchar"] for r in runs) / 1e6, 1),
                     "disk_mb": round(statistics.median(r[1]["read_bytes"] for r in runs) / 1e6, 1),
+                    "peak_rss_mb": round(max(r[1]["maxrss_kb"] for r in runs) / 1e3),
                     "output": runs[0][2],
                 }
                 results.append(row)
                 print(f"{data}\t{command}\t{name}\t{row['median_s']} s {row['seconds']}\t"
-                      f"rchar {row['rchar_mb']} MB\tdisk {row['disk_mb']} MB\t{row['output']}",
+                      f"rchar {row['rchar_mb']} MB\tdisk {row['disk_mb']} MB\t"
+                      f"peak RSS {row['peak_rss_mb']} MB\t{row['output']}",
                       flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -1,4 +1,5 @@
-"""Smoke tests of the scan benchmarks (tools/bench_status.py, tools/bench_headread.py): each
+"""Smoke tests of the scan benchmarks (tools/bench_status.py, tools/bench_headread.py,
+tools/bench_outcomelog.py): each
 runs end to end on a small synthetic crawl and reports what the crawler's own commands
 say of it."""
 
@@ -42,8 +43,17 @@ def test_bench_headread_runs_both_dry_runs_in_every_checkout(tmp_path: Path) -> 
         ("retry", "a"), ("retry", "b"), ("recrawl", "a"), ("recrawl", "b")}
     for r in rows:  # each run is the real command: its own summary line, the same in both
         assert r["median_s"] > 0 and r["output"].startswith(r["command"].split()[0])
+        assert r["peak_rss_mb"] > 10
         assert "would re-queue" in r["output"]
     by_command: dict[str, set[str]] = {}
     for r in rows:
         by_command.setdefault(r["command"], set()).add(r["output"])
     assert all(len(outputs) == 1 for outputs in by_command.values())
+
+
+def test_bench_outcomelog_times_each_write_of_a_commit() -> None:
+    done = run("tools/bench_outcomelog.py", "--records", "2000", "--repeat", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    assert [r[0] for r in rows] == ["put_flush_us", "outcome_log_us", "head_decode_us"]
+    assert all(float(r[1].split()[1]) > 0 for r in rows)
