@@ -23,7 +23,11 @@ namespace). A payload is one PendDB bulk of up to 1,000 URLs (kept under Ray's
 100 KiB inline limit), so a call's ~1.3 ms is paid per hundreds of links. Any Ray failure (the actor
 restarting, dead, not created yet, no answer in time) is an ExchangeError:
 the Forwarder keeps the batch in its outbox and retries, the same at-least-
-once delivery as over Unix sockets.
+once delivery as over Unix sockets. A send waits ``PATIENCE`` seconds, not the
+whole timeout: an actor on a node that went silent is held by Ray until the node
+is declared dead, and the forwarder (one message at a time) must go on serving
+the other shards meanwhile; that call stays out, and the next send to its shard
+fails at once until it is answered or ``timeout`` old.
 
 The actor runs its methods in a thread pool (``max_concurrency``), so admits
 from several senders and the driver's reports run side by side with the
@@ -36,6 +40,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -49,6 +54,10 @@ from .shard import EXIT_CRASHED, ShardRunner
 
 log = logging.getLogger(__name__)
 
+# Seconds a send waits for an owner's answer before the forwarder moves on to the other
+# shards (the call stays out, up to the exchange's timeout). An admit is a write and an
+# fsync: well under this even on a loaded machine; a longer one costs a duplicate send.
+PATIENCE = 3.0
 
 
 def actor_name(crawl: str, run: str, index: int) -> str:
@@ -63,10 +72,14 @@ class RayExchange(LinkExchange):
     # URLs of ~80 bytes stay under it.
     max_batch_urls = 1000
 
-    def __init__(self, names: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, names: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
+                 patience: float = PATIENCE) -> None:
         self.names = list(names)
         self.timeout = timeout
+        self.patience = min(patience, timeout)
         self._handles: dict[int, Any] = {}
+        # dest -> (an admit call that outlived our patience, when it was made)
+        self._unanswered: dict[int, tuple[Any, float]] = {}
         self._admit: Admit | None = None
         self._closed = False
 
@@ -86,24 +99,50 @@ class RayExchange(LinkExchange):
 
         if self._closed:
             raise ExchangeError(dest, "the exchange is closed")
+        self._still_unanswered(dest)
         try:
             handle = self._handles.get(dest)
             if handle is None:
                 handle = self._handles[dest] = ray.get_actor(
                     self.names[dest], namespace=NAMESPACE
                 )
-            ray.get(handle.admit.remote(payload), timeout=self.timeout)
+            ref = handle.admit.remote(payload)
+            ray.get(ref, timeout=self.patience)
         except ValueError as exc:  # no actor of that name (not created yet, or gone)
             raise ExchangeError(dest, f"no actor {self.names[dest]}: {exc}") from exc
         except GetTimeoutError as exc:
-            raise ExchangeError(dest, f"no answer in {self.timeout:.0f} s") from exc
+            # An actor on a node that went silent (a power cut) takes Ray a while to
+            # declare dead, and Ray holds the call until then: the forwarder sends one
+            # message at a time, so it moves on to the others and asks again later.
+            self._unanswered[dest] = (ref, time.monotonic())
+            raise ExchangeError(dest, f"no answer in {self.patience:.0f} s") from exc
         except RayError as exc:  # restarting, dead, or its admit refused the batch
             self._handles.pop(dest, None)
             raise ExchangeError(dest, f"{type(exc).__name__}: {_first_line(exc)}") from exc
 
+    def _still_unanswered(self, dest: int) -> None:
+        """Raise ExchangeError while ``dest`` has a call out that is neither answered
+        nor older than the timeout (no second call piles up behind it). Its batch is
+        still in the sender's outbox either way: an answer that came is sent again and
+        deduplicated there (at least once, as ever)."""
+        import ray
+
+        out = self._unanswered.get(dest)
+        if out is None:
+            return
+        ref, since = out
+        waited = time.monotonic() - since
+        ready, _ = ray.wait([ref], timeout=0)
+        if not ready and waited < self.timeout:
+            raise ExchangeError(dest, f"an earlier batch is unanswered for {waited:.0f} s")
+        del self._unanswered[dest]
+        if not ready:
+            self._handles.pop(dest, None)  # given up on: find the actor afresh
+
     def close(self) -> None:
         self._closed = True
         self._handles.clear()
+        self._unanswered.clear()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -365,3 +365,58 @@ def test_a_lost_incarnations_fetches_are_counted_from_its_last_report() -> None:
     assert not s.new_incarnation("one")  # the same actor answering again is not new
     assert s.new_incarnation("two")  # a new actor on the node back (or Ray's restart)
     assert s.fetched_before == 7 and s.outcomes_before == {"ok": 7} and s.incarnation == 2
+
+
+# An owner that does not answer (an actor on a node that lost its power: Ray holds the
+# call until it declares the node dead, a minute with its defaults) must not hold the
+# sender's forwarder, which sends one message at a time, from the other shards.
+SILENT_PROBE = r"""
+import json, sys, time
+import ray
+from crawler.exceptions import ExchangeError
+from crawler.net.raycluster import NAMESPACE
+from crawler.run.rayshard import RayExchange
+
+ray.init(address=sys.argv[1], namespace=NAMESPACE, configure_logging=False)
+
+@ray.remote(max_concurrency=4)
+class Inbox:
+    def __init__(self, silent):
+        self.silent, self.got = silent, []
+    def admit(self, payload):
+        if self.silent:
+            time.sleep(3600)
+        self.got.append(payload)
+    def received(self):
+        return self.got
+
+silent = Inbox.options(name="silent-run-00").remote(True)
+live = Inbox.options(name="silent-run-01").remote(False)
+ray.get([silent.received.remote(), live.received.remote()])
+ex = RayExchange(["silent-run-00", "silent-run-01"], timeout=3600, patience=1)
+out = {}
+def failure(dest, payload):
+    try:
+        ex.send(dest, payload)
+    except ExchangeError as exc:
+        return str(exc)
+    return None
+out["first"] = failure(0, b"one")
+out["again"] = failure(0, b"one")  # the first call is still out: no second one
+out["live"] = failure(1, b"two")
+out["admitted"] = [p.decode() for p in ray.get(live.received.remote())]
+print(json.dumps(out))
+"""
+
+
+def test_a_silent_owner_is_given_up_on_after_the_patience_and_others_are_served(
+    ray_head: tuple[str, dict[str, str]],
+) -> None:
+    address, env = ray_head
+    done = subprocess.run([sys.executable, "-c", SILENT_PROBE, address], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["first"] == "shard 0: no answer in 1 s"
+    assert out["again"] and out["again"].startswith("shard 0: an earlier batch is unanswered")
+    assert out["live"] is None and out["admitted"] == ["two"]
