@@ -276,6 +276,9 @@ class RayDriver(Overview):
                 self._log_down(s, now, type(exc).__name__)
                 if self._gone(s):
                     s.actor = None  # created again once its node is there
+                    log.warning("shard %d: Ray let go of its actor (its node %s is lost or "
+                                "it crashed for good); it is created again on that node",
+                                s.index, s.node)
                 continue
             s.is_up()
             self._take(s, got)

@@ -141,6 +141,10 @@ def test_a_lost_node_waits_and_its_return_resumes_its_shards_with_nothing_lost(
         assert main(["status", str(Path(cluster.nodes[0].root, "lost")), "--json"]) == 0
         info = json.loads(capsys.readouterr().out)
         assert info["running"] is True and info["shards_down"] == sorted(gone)
+        # Ray declares the node dead and lets go of its actors (~17 s with the cluster's
+        # health checks); then the node comes back
+        wait_until(lambda: all(f"shard {i}: Ray let go of its actor" in log.read_text()
+                               for i in gone), "Ray letting go of the lost actors", 300)
         assert proc.poll() is None, tail(log)
         t_back = time.time()
         cluster.start_node(lost)  # the same address, the same disk
