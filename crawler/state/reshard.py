@@ -67,7 +67,7 @@ SEARCH_NAME = "search"  # crawler.search.schema.SEARCH_DIR: a shard's index, der
 SHARD_ENTRIES = ("main", "pend", "badhosts", "robots", "sitemaps", "cookies", "prior",
                  "outbox", SEARCH_NAME, "depths.bin", "due.bin", "urls.log", "counts.json",
                  STATUS_NAME, "inbox.sock", "browser-profile",
-                 "outcomes.bin")  # an index of MainDB's versions: a fresh store has none
+                 "outcomes.bin")  # written anew for the new MainDB's versions
 # Tests only: "POINT" or "POINT:N" kills this process (SIGKILL) the Nth time POINT is
 # reached: record (each MainDB record moved), built, committed, swap (each rename), swapped.
 KILL_ENV = "CRAWLER_TEST_RESHARD_KILL"

@@ -64,7 +64,8 @@ from .depths import DEPTHS_NAME, MAX_TRACKED_DEPTH
 from .due import DUE_NAME
 from .frontier import DEFAULT_BULK_SIZE, URL_LOG_NAME
 from .outbox import OUTBOX_NAME
-from .pages import Pending, decode_bulk, decode_page_head, encode_bulk
+from .outcomelog import OutcomeLog
+from .pages import PageRecord, Pending, decode_bulk, decode_page_head, encode_bulk
 from .retry import MAIN_NAME, PEND_NAME, PRIOR_NAME
 from .robotsstore import ROBOTS_STORE_NAME, store_key
 from .shards import Router, ShardPlace, owner
@@ -147,6 +148,7 @@ class NewShard:
         self.main = self.store(MAIN_NAME)
         self.pend = self.store(PEND_NAME)
         self.store(BAD_HOSTS_NAME)
+        self.outcomes = OutcomeLog(path)  # rows for the new MainDB's versions
         self.pend_set = kvstore.KeySet()
         self.tally = Tally()
         self.counter = 0  # the next PendDB bulk key
@@ -197,6 +199,9 @@ class NewShard:
         """Everything written, fsynced and closed; then the counters, stamped."""
         self.write_bulks()
         self.tally.pending_bulks = len(self.pend)
+        self.outcomes.write()
+        self.outcomes.sync()
+        self.outcomes.close()
         for store in self.stores.values():
             store.sync()
             store.close()
@@ -212,6 +217,7 @@ class NewShard:
         fsync_path(self.path)
 
     def abandon(self) -> None:
+        self.outcomes.abandon()
         for store in self.stores.values():
             store.abandon()
         for f in self._files.values():
@@ -256,7 +262,7 @@ class Mover:
         self._url_log(old)
 
     def _main(self, old: OldShard) -> None:
-        batches: list[list[tuple[bytes, bytes]]] = [[] for _ in self.new]
+        batches: list[list[tuple[bytes, bytes, PageRecord]]] = [[] for _ in self.new]
         for key, value in old.records(MAIN_NAME):
             try:
                 page = decode_page_head(value)
@@ -269,16 +275,19 @@ class Mover:
             self.new[dest].tally.count(page.status,
                                        outcome_key(page.status, page.reason, page.truncated))
             batch = batches[dest]
-            batch.append((key, value))
+            batch.append((key, value, page))
             if len(batch) >= 256:
-                self._put(self.new[dest].main, batch)
+                self._put(self.new[dest], batch)
             self.checkpoint("record")
         for dest, batch in enumerate(batches):
-            self._put(self.new[dest].main, batch)
+            self._put(self.new[dest], batch)
 
-    def _put(self, store: kvstore.Store, batch: list[tuple[bytes, bytes]]) -> None:
+    def _put(self, shard: NewShard, batch: list[tuple[bytes, bytes, PageRecord]]) -> None:
         if batch:
-            store.put_many([k for k, _ in batch], [v for _, v in batch])
+            keys = [k for k, _, _ in batch]
+            shard.main.put_many(keys, [v for _, v, _ in batch])
+            shard.outcomes.note(shard.main, keys, [p for _, _, p in batch])  # new versions
+            shard.outcomes.write()
             self._count("pages", len(batch))
             batch.clear()
 

@@ -282,6 +282,18 @@ def test_every_record_and_pending_url_moved_once(partial: Path, resharded: dict[
         assert again[f"{shard}/main"] == first[f"{shard}/main"]
 
 
+def test_a_dry_run_after_a_reshard_reads_no_record(resharded: dict[int, Path]) -> None:
+    """Each new shard's outcome log is written with its MainDB: its rows stand."""
+    from crawler.state.retry import Selection, requeue
+
+    for n, data in resharded.items():
+        report = requeue(str(data), Selection(statuses=("2xx", "3xx", "4xx", "5xx", "0")),
+                         dry_run=True)
+        robots = sum(c for k, c in report.counts.items() if k.startswith("robots_"))
+        assert report.from_log == len(records(data)) > 0, n
+        assert report.heads_read == robots, n
+
+
 def stores(data: Path, name: str) -> dict[bytes, tuple[int, bytes]]:
     """Key -> (shard, value) of one store over every shard (a key in two: a failure)."""
     out: dict[bytes, tuple[int, bytes]] = {}
