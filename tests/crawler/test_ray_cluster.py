@@ -41,8 +41,11 @@ def start(cluster: Cluster, web: TestWeb, rel: str, log: Path,
           *extra: str) -> subprocess.Popen[bytes]:
     """The crawl's driver, on the head node (a Ray driver attaches to its node's raylet),
     its DIR the cluster's mount/``rel`` (on every node: that node's own root)."""
+    # --timeout 60: a fetch that outlasts it is retried (a refetch) and can end as a
+    # timeout, and on two loaded cores 6 shards, 3 Ray nodes and the web share the CPU
     args = ray_args(web, Path(cluster.mount, rel), cluster.head_address, SHARDS,
-                    "--threads", str(THREADS), "--status-interval", "0.2", *extra)
+                    "--threads", str(THREADS), "--status-interval", "0.2", "--timeout", "60",
+                    *extra)
     with open(log, "ab") as err:
         return subprocess.Popen(cluster.command(0, args), cwd=REPO, env=cluster.env,
                                 stdout=subprocess.PIPE, stderr=err)
