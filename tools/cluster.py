@@ -170,7 +170,9 @@ class Cluster:
         free = [s for s in range(1, 255) if s not in _used_subnets()]
         if not free:
             raise ClusterError("every 198.18.S.0/24 is in use")
-        subnet = free[0]
+        # a random free one: two clusters made at the same moment (two test runs on one
+        # machine) then rarely pick the same subnet, which nothing here could detect
+        subnet = free[int.from_bytes(os.urandom(2), "big") % len(free)]
         while True:
             ident = os.urandom(2).hex()
             base = os.path.join(parent, f"{PREFIX}-{ident}")
