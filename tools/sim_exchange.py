@@ -185,6 +185,7 @@ def calibrate(web: SynthWeb, sink_class: Any, calls: int) -> list[dict[str, Any]
 
     name = actor_name("sim", uuid.uuid4().hex[:8], 0)
     sink = sink_class.options(name=name, num_cpus=0).remote()
+    ray.get(sink.__ray_ready__.remote())  # constructed: a send waits PATIENCE at most
     exchange = TimedRayExchange([name])
     rows = []
     try:
