@@ -110,8 +110,10 @@ def collect(data_dir: str, *, recount: bool = False) -> dict[str, Any]:
     info["state"] = _state(info)
     if is_running(top):  # the running supervisor's or Ray driver's word on its shards
         assert top is not None
-        info["shards_down"] = [p["shard"] for p in top.get("per_shard", [])
-                               if not p.get("up", True)]
+        shards = top.get("per_shard")
+        info["shards_down"] = [p.get("shard") for p in (shards if isinstance(shards, list)
+                                                        else []) if isinstance(p, dict)
+                               and p.get("up") is False]
     if len(dirs) > 1:
         info["per_shard"] = per_shard
     return info

@@ -445,3 +445,26 @@ def test_shards_of_one_node_create_its_layout_at_once_and_none_fails(tmp_path: P
         assert pool.map(_open_layout, tasks, chunksize=1) == [4] * len(tasks)
     assert all(read_count(d) == 4 for d in dirs)
     assert not [n for d in dirs for n in os.listdir(d) if n.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("per_shard, down", [
+    ([{"shard": 0, "up": True}, {"shard": 1, "up": False}], [1]),
+    ([{"shard": 0}, {"shard": 1}], []),  # a run from before "up": none said down
+    (7, []),  # damaged: nothing said, no traceback
+])
+def test_status_names_the_shards_a_running_crawl_has_down(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], per_shard: object, down: list[int],
+) -> None:
+    """The running supervisor's or Ray driver's status.json says which shards did not
+    answer its last round (a lost Ray node's): status lists them."""
+    (tmp_path / SHARDS_NAME).write_text('{"format": 1, "shards": 2}\n')
+    for i in range(2):
+        (tmp_path / f"shard-{i:02d}").mkdir()
+    (tmp_path / "status.json").write_text(json.dumps(
+        {"running": True, "pid": os.getpid(), "time": time.time(), "fetched": 0,
+         "per_shard": per_shard}))
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["shards_down"] == down
+    assert main(["status", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert ("  shards down: 1 (" in text) == bool(down), text
