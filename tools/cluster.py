@@ -167,7 +167,8 @@ class Cluster:
         """A new cluster of ``count`` nodes, nothing started yet (see :meth:`up`)."""
         if count < 1:
             raise ClusterError("a cluster needs at least one node")
-        free = [s for s in range(1, 255) if s not in _used_subnets()]
+        used = _used_subnets()
+        free = [s for s in range(1, 255) if s not in used]
         if not free:
             raise ClusterError("every 198.18.S.0/24 is in use")
         # a random free one: two clusters made at the same moment (two test runs on one
