@@ -1,4 +1,4 @@
-"""Reading one of the crawl's own JSON files (settings.json, shards.json, status.json).
+"""Reading and writing the crawl's own JSON files (settings.json, shards.json, status.json).
 
 A damaged file is the user's to fix, so each way it can fail is one DataDirError
 naming the file, never a traceback: unreadable, not UTF-8, not JSON, or nested so
@@ -33,11 +33,24 @@ def read_json(path: str, what: str, fix: str = "") -> Any:
 
 def write_json(path: str, value: Any) -> None:
     """Write ``value`` as ``path``, atomically (a reader sees the old file or the new
-    one) and durably (fsynced before the rename)."""
-    tmp = path + ".tmp"
+    one) and durably (fsynced before the rename, and the rename fsynced). The
+    temporary file is this process's own: the shard actors of one Ray node each write
+    shards.json at their start, at the same moment."""
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(value, f, indent=1, sort_keys=True)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_path(os.path.dirname(path) or ".")
+
+
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory by name (a directory: the renames in it survive a
+    power cut)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -44,8 +44,8 @@ from typing import Any
 
 from ..config import MAX_SHARDS
 from ..exceptions import DataDirError, UsageError
-from .jsonfile import read_json, write_json
-from .reshardmove import Mover, NewShard, OldShard, fsync_path
+from .jsonfile import fsync_path, read_json, write_json
+from .reshardmove import Mover, NewShard, OldShard
 from .shards import (
     RESHARD_NAME,
     crawl_count,

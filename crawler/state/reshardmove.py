@@ -63,6 +63,7 @@ from .cookiestore import COOKIES_NAME, decode_site, encode_site
 from .depths import DEPTHS_NAME, MAX_TRACKED_DEPTH
 from .due import DUE_NAME
 from .frontier import DEFAULT_BULK_SIZE, URL_LOG_NAME
+from .jsonfile import fsync_path
 from .outbox import OUTBOX_NAME
 from .outcomelog import OutcomeLog
 from .pages import PageRecord, Pending, decode_bulk, decode_page_head, encode_bulk
@@ -222,14 +223,6 @@ class NewShard:
             store.abandon()
         for f in self._files.values():
             f.close()
-
-
-def fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Mover:

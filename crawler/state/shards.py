@@ -29,7 +29,6 @@ Thread safety: everything here is pure or reads/writes small files once; the
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import TypeGuard
@@ -37,7 +36,7 @@ from typing import TypeGuard
 from ..config import MAX_PROCESSES, MAX_SHARDS
 from ..exceptions import DataDirError, ShardCountError
 from ..web.urls import host_key, host_of_netloc, netloc_of
-from .jsonfile import read_json
+from .jsonfile import read_json, write_json
 
 PLACEMENT_NAME = "ray.json"  # where a crawl on Ray placed its shards
 SHARDS_NAME = "shards.json"
@@ -112,7 +111,7 @@ def write_placement(data_dir: str, nodes: list[str]) -> None:
     """Record each shard's Ray node in ``ray.json``, atomically and durably: a reader
     (or a crash) sees the old placement or the new one, never a mix."""
     path = os.path.join(data_dir, PLACEMENT_NAME)
-    _write_atomic(path, {"format": 1, "nodes": nodes})
+    write_json(path, {"format": 1, "nodes": nodes})
 
 
 def _refuse_half_reshard(data_dir: str) -> None:
@@ -177,24 +176,7 @@ def open_layout(data_dir: str, requested: int | None) -> int:
 
 def _write(data_dir: str, count: int) -> None:
     os.makedirs(data_dir, exist_ok=True)
-    _write_atomic(os.path.join(data_dir, SHARDS_NAME), {"format": SHARDS_FORMAT, "shards": count})
-
-
-def _write_atomic(path: str, doc: dict[str, object]) -> None:
-    # a temporary file of this process's own: the shard actors of one Ray node each
-    # write shards.json at their start, at the same moment
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)  # a reader sees no file or the whole one
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself survives a power cut
-    finally:
-        os.close(dir_fd)
+    write_json(os.path.join(data_dir, SHARDS_NAME), {"format": SHARDS_FORMAT, "shards": count})
 
 
 def shard_dirs(data_dir: str) -> list[str]:
