@@ -60,11 +60,19 @@ def cluster_records(cluster: Cluster, rel: str, count: int) -> dict[str, PageRec
     """Every page record of the crawl, each shard read on its own node's root."""
     out: dict[str, PageRecord] = {}
     for i in range(count):
-        with kvstore.open(shard_path(cluster, rel, i, count) / "main", readonly=True) as db:
-            for key in db:
-                rec = decode_page(db[key], with_body=False)
-                assert rec.url not in out, f"{rec.url} recorded by two shards"
-                out[rec.url] = rec
+        for url, rec in cluster_records_of(shard_path(cluster, rel, i, count)).items():
+            assert url not in out, f"{url} recorded by two shards"
+            out[url] = rec
+    return out
+
+
+def cluster_records_of(shard: Path) -> dict[str, PageRecord]:
+    """The page records of one shard directory, by URL."""
+    out: dict[str, PageRecord] = {}
+    with kvstore.open(shard / "main", readonly=True) as db:
+        for key in db:
+            rec = decode_page(db[key], with_body=False)
+            out[rec.url] = rec
     return out
 
 

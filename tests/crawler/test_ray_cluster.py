@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -14,6 +16,7 @@ import pytest
 from cluster_helpers import (
     NAMESPACES,
     cluster_fetched,
+    cluster_records_of,
     node_root,
     placement,
     ray_cluster,  # noqa: F401 - the fixture
@@ -181,3 +184,65 @@ def test_a_lost_node_waits_and_its_return_resumes_its_shards_with_nothing_lost(
     assert all(refetched.get(s, 0) == 0 for s in range(SHARDS) if s not in gone), (
         refetched, repeats(web, t_cut))
     print("refetches by shard:", refetched)
+
+
+def test_a_node_that_never_comes_back_is_replaced_with_move_shard(
+    make_testweb: MakeWeb, tmp_path: Path, ray_cluster: Cluster,  # noqa: F811
+) -> None:
+    """Its disk restored on another node, ``move-shard`` points its shards there: the
+    crawl resumes without it and ends == oracle, nothing its shards recorded lost."""
+    cluster = ray_cluster
+    web = make_testweb(pages=900, hosts=HOSTS, seed=11, crawl_delay=0.0,
+                       address=cluster.gateway)
+    want = set(web.oracle.crawl().fetched)
+    log = tmp_path / "crawl.log"
+    lost, spare = 2, 1
+    gone = {i for i in range(SHARDS) if i % len(cluster.nodes) == lost}
+    proc = start(cluster, web, "moved", log, "--per-host", "2")
+    try:
+        wait_until(lambda: len([s for s in per_shard(cluster, "moved") if s.get("pid")])
+                   == SHARDS, "every shard up", 180)
+        target = answered(web) + 200
+        wait_until(lambda: answered(web) >= target or proc.poll() is not None, "progress", 180)
+        assert proc.poll() is None, f"the crawl ended before the power cut:\n{tail(log)}"
+        t_cut = time.time()
+        cluster.kill_node(lost)
+        t_dead = time.time()
+        wait_until(lambda: all(f"shard {i}: Ray let go of its actor" in log.read_text()
+                               for i in gone), "Ray letting go of the lost actors", 300)
+        proc.send_signal(signal.SIGINT)  # the crawl stopped, as move-shard wants
+        proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    try:
+        # the lost node's disk, restored onto the spare node; the crawl pointed at it
+        driver_dir = Path(cluster.nodes[0].root, "moved")
+        old = Path(cluster.nodes[lost].root, "moved")
+        recorded = {i: len(cluster_records_of(old / f"shard-{i:02d}")) for i in gone}
+        assert all(recorded.values()), recorded  # each lost shard had recorded pages
+        for i in gone:
+            shutil.copytree(old / f"shard-{i:02d}", Path(cluster.nodes[spare].root, "moved",
+                                                         f"shard-{i:02d}"))
+            assert main(["move-shard", str(driver_dir), str(i),
+                         cluster.nodes[spare].address]) == 0
+        shutil.rmtree(old)  # that disk is gone for good
+        addresses = [n.address for n in cluster.nodes]
+        assert placement(cluster, "moved") == [
+            addresses[spare if i in gone else i % 3] for i in range(SHARDS)]
+        proc = start(cluster, web, "moved", log)
+        out, _ = proc.communicate(timeout=400)
+        assert proc.returncode == 0, tail(log)
+        assert summary(out.decode())["complete"] is True
+        assert cluster_fetched(cluster, "moved", SHARDS) == want
+        for i in gone:  # what the lost shards had recorded is there still
+            assert len(cluster_records_of(shard_path(cluster, "moved", i, SHARDS))) >= recorded[i]
+        # refetched: at most what the lost node had in flight at the cut, plus each lost
+        # shard's uncommitted outcomes (the thread count); the others stopped cleanly
+        refetched = refetches_by_shard(web, SHARDS)
+        bound = open_during(web, gone, SHARDS, t_cut, t_dead) + len(gone) * THREADS
+        assert sum(refetched.get(s, 0) for s in gone) <= bound, (refetched, bound)
+        assert all(refetched.get(s, 0) == 0 for s in range(SHARDS) if s not in gone), refetched
+    finally:
+        cluster.start_node(lost)  # for the module's other tests
