@@ -41,7 +41,7 @@ from typing import Any
 from ..config import CrawlerConfig
 from ..exceptions import CrawlerError, DataDirError
 from ..net.raycluster import alive_nodes, connect, node_id, pinned, shutdown
-from ..state.shards import PLACEMENT_NAME, read_placement, write_placement
+from ..state.shards import PLACEMENT_NAME, place, read_placement, write_placement
 from .overview import Overview, Round, ShardTally, Summary, quiescent
 from .rayshard import ShardActor, actor_name
 from .supervisor import PROBE_INTERVAL, ROUND_TIMEOUT, take_lock
@@ -164,8 +164,7 @@ class RayDriver(Overview):
         path = os.path.join(self.data_dir, PLACEMENT_NAME)
         placed = read_placement(self.data_dir)  # DataDirError when damaged
         if placed is None:
-            alive = sorted({n["NodeManagerAddress"] for n in alive_nodes()})
-            nodes = place(self.count, alive)
+            nodes = place(self.count, [n["NodeManagerAddress"] for n in alive_nodes()])
             write_placement(self.data_dir, nodes)
         elif len(placed) != self.count:
             raise DataDirError(f"{path}: {len(placed)} shards placed, not {self.count}")
@@ -357,13 +356,6 @@ class RayDriver(Overview):
                 if s.actor is not None:
                     s.actor.finish.remote()
         self._round = this
-
-
-def place(count: int, nodes: list[str]) -> list[str]:
-    """Shard i -> node address: ``nodes`` (sorted) round-robin."""
-    if not nodes:
-        raise CrawlerError("the Ray cluster has no alive node")
-    return [nodes[i % len(nodes)] for i in range(count)]
 
 
 def run_on_ray(

@@ -49,6 +49,7 @@ from .reshardmove import Mover, NewShard, OldShard
 from .shards import (
     RESHARD_NAME,
     crawl_count,
+    place,
     read_placement,
     shard_dir,
     write_count,
@@ -101,13 +102,6 @@ class _Checkpoints:
             self.left -= 1
             if self.left == 0:
                 os.kill(os.getpid(), signal.SIGKILL)
-
-
-def place(count: int, nodes: list[str]) -> list[str]:
-    """Shard i -> node: the distinct ``nodes`` sorted, round-robin (as
-    crawler.run.raydriver places a new crawl over the alive nodes)."""
-    distinct = sorted(set(nodes))
-    return [distinct[i % len(distinct)] for i in range(count)]
 
 
 def pending_plan(data_dir: str) -> dict[str, Any] | None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from ..config import MAX_PROCESSES, MAX_SHARDS
-from ..exceptions import DataDirError, ShardCountError
+from ..exceptions import CrawlerError, DataDirError, ShardCountError
 from ..web.urls import host_key, host_of_netloc, netloc_of
 from .jsonfile import read_json, write_json
 
@@ -105,6 +105,16 @@ def read_placement(data_dir: str) -> list[str] | None:
     if not (isinstance(nodes, list) and nodes and all(isinstance(n, str) and n for n in nodes)):
         raise DataDirError(f"{path}: not a Ray placement (nodes: {str(nodes)[:80]}): {fix}")
     return nodes
+
+
+def place(count: int, nodes: list[str]) -> list[str]:
+    """Shard i -> node address for a new placement: the distinct ``nodes`` in address
+    order, round-robin (a new crawl on Ray, a reshard). Raises CrawlerError when there
+    is no node."""
+    distinct = sorted(set(nodes))
+    if not distinct:
+        raise CrawlerError("the Ray cluster has no alive node")
+    return [distinct[i % len(distinct)] for i in range(count)]
 
 
 def write_placement(data_dir: str, nodes: list[str]) -> None:
