@@ -20,6 +20,7 @@ import kvstore
 from crawler.cli import main
 from crawler.state.shards import SHARDS_NAME, owner, read_count
 from crawler.web.urls import host_of
+from tools.rayenv import alive
 from tools.testweb import TestWeb
 
 MakeWeb = Callable[..., TestWeb]
@@ -200,15 +201,6 @@ def shard_index(pid: int) -> int | None:
 def shards_up(sup: int, count: int) -> bool:
     pids = children(sup)
     return len(pids) == count and all(shard_index(p) is not None for p in pids)
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie nobody reaped yet counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
