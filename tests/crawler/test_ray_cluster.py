@@ -77,6 +77,17 @@ def repeats(web: TestWeb, t0: float) -> list[tuple[str, str, float, float | None
     return [x for reqs in seen.values() if len(reqs) > 1 for x in reqs]
 
 
+def under_way(cluster: Cluster, web: TestWeb, rel: str, proc: subprocess.Popen[bytes],
+              log: Path, pages: int) -> None:
+    """Wait until every shard reported and ``pages`` more pages were answered, the crawl
+    still running (then a test may cut a node)."""
+    wait_until(lambda: len([s for s in per_shard(cluster, rel) if s.get("pid")]) == SHARDS,
+               "every shard up", 180)
+    target = answered(web) + pages
+    wait_until(lambda: answered(web) >= target or proc.poll() is not None, "progress", 180)
+    assert proc.poll() is None, f"the crawl ended before the power cut:\n{tail(log)}"
+
+
 def assert_each_shard_on_its_node_only(cluster: Cluster, rel: str) -> None:
     for i in range(SHARDS):
         own = shard_path(cluster, rel, i, SHARDS)
@@ -126,11 +137,7 @@ def test_a_lost_node_waits_and_its_return_resumes_its_shards_with_nothing_lost(
     gone = {i for i in range(SHARDS) if i % len(cluster.nodes) == lost}
     proc = start(cluster, web, "lost", log, "--per-host", "2")
     try:
-        wait_until(lambda: len([s for s in per_shard(cluster, "lost") if s.get("pid")])
-                   == SHARDS, "every shard up", 180)
-        target = answered(web) + 250
-        wait_until(lambda: answered(web) >= target or proc.poll() is not None, "progress", 180)
-        assert proc.poll() is None, f"the crawl ended before the power cut:\n{tail(log)}"
+        under_way(cluster, web, "lost", proc, log, 250)
         reported = sum(int(p.get("fetched", 0)) for p in per_shard(cluster, "lost")
                        if p["shard"] in gone)
         t_cut = time.time()
@@ -200,11 +207,7 @@ def test_a_node_that_never_comes_back_is_replaced_with_move_shard(
     gone = {i for i in range(SHARDS) if i % len(cluster.nodes) == lost}
     proc = start(cluster, web, "moved", log, "--per-host", "2")
     try:
-        wait_until(lambda: len([s for s in per_shard(cluster, "moved") if s.get("pid")])
-                   == SHARDS, "every shard up", 180)
-        target = answered(web) + 200
-        wait_until(lambda: answered(web) >= target or proc.poll() is not None, "progress", 180)
-        assert proc.poll() is None, f"the crawl ended before the power cut:\n{tail(log)}"
+        under_way(cluster, web, "moved", proc, log, 200)
         t_cut = time.time()
         cluster.kill_node(lost)
         t_dead = time.time()
