@@ -44,10 +44,14 @@ def start(cluster: Cluster, web: TestWeb, rel: str, log: Path,
           *extra: str) -> subprocess.Popen[bytes]:
     """The crawl's driver, on the head node (a Ray driver attaches to its node's raylet),
     its DIR the cluster's mount/``rel`` (on every node: that node's own root)."""
-    # --timeout 60: a fetch that outlasts it is retried (a refetch) and can end as a
-    # timeout, and on two loaded cores 6 shards, 3 Ray nodes and the web share the CPU
+    # Every timeout 60 s: on two loaded cores 6 shards, 3 Ray nodes and the test web (its
+    # DNS server too) share the CPU, and a fetch, connect or lookup that outlasts its
+    # timeout is retried (a refetch) or, for a lookup or a connect, marks the host bad
+    # and records its pages bad_host (seen in CI: 6 actors starting at once starved the
+    # DNS server past the 10 s default)
     args = ray_args(web, Path(cluster.mount, rel), cluster.head_address, SHARDS,
                     "--threads", str(THREADS), "--status-interval", "0.2", "--timeout", "60",
+                    "--connect-timeout", "60", "--read-timeout", "60", "--dns-timeout", "60",
                     *extra)
     with open(log, "ab") as err:
         return subprocess.Popen(cluster.command(0, args), cwd=REPO, env=cluster.env,
