@@ -290,6 +290,7 @@ def _requeue_shard(shard: _Shard, selection: Selection, report: RetryReport, chu
     assert main is not None  # dirs were chosen for their main/
     state = _Walk(shard, selection, report, chunk)
     covered = kvstore.KeySet()  # live keys whose standing log record was seen
+    live = len(main)  # before a real run deletes any (covered keys among them)
     pick = getattr(selection, "pick", None)  # a selection that reads log rows
     if pick is not None:
         for keys, facts in standing(shard.data_dir, main, covered):
@@ -302,7 +303,7 @@ def _requeue_shard(shard: _Shard, selection: Selection, report: RetryReport, chu
             robots = _robots_rows(facts)  # their robots.txt origin is in the URL: read
             state.read([k.tobytes() for k in keys[robots]], heal=False)
             _count_rows(shard, keys[~robots], facts[~robots], report, state.cleared)
-    if len(covered) < len(main):  # records the log does not stand for: read their heads
+    if len(covered) < live:  # records the log does not stand for: read their heads
         _, keys, versions = main.versions()
         missing = ~covered.contains_many(keys) if len(covered) else np.ones(len(keys), bool)
         order = np.argsort(versions[missing], kind="stable")  # file order: one sweep

@@ -154,3 +154,20 @@ def test_every_reason_a_record_can_carry_has_a_code() -> None:
     assert {outcomes.bad_host(r) for r in outcomes.HOST_FAILURES | set(
         outcomes.DNS_REASONS.values())} <= set(VOCABULARY)
     assert len(set(VOCABULARY)) == len(VOCABULARY) and VOCABULARY[0] == ""
+
+
+def test_a_real_run_reads_every_record_the_log_does_not_stand_for(
+    data: Path, tmp_path: Path
+) -> None:
+    """Records it takes from the log and deletes must not hide the ones it must read."""
+    rows = log_rows(data)
+    (data / OUTCOMES_NAME).write_bytes(rows[:-3].tobytes())  # three records not logged
+    bare = without_log(data, tmp_path)
+    selection = Selection(reasons=("bad_host", "robots"))
+    # chunks of 2: records are deleted while the walk goes on, as at any real size
+    done, slow = requeue(str(data), selection, chunk=2), requeue(str(bare), selection)
+    assert said(done) == said(slow)
+    assert sum(done.counts.values()) > 3 and done.heads_read >= 3
+    after = requeue(str(data), Selection(), dry_run=True)  # the real run logged the three
+    robots = sum(n for k, n in after.counts.items() if k.startswith("robots_"))
+    assert after.heads_read == robots
