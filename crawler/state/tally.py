@@ -168,6 +168,20 @@ def stale_reason(data_dir: str) -> tuple[Tally | None, str]:
     return (None, why) if why else (tally, "")
 
 
+def _cut_back_to_counted(main: kvstore.Store, counted: list[int] | None,
+                         now: list[int] | None) -> bool:
+    """Whether this open of MainDB cut a torn tail (a kill -9 in an append) that the
+    scan which wrote the counters had left out: they were stamped with the files before
+    the cut, and the files now end where that read-only view ended."""
+    found = main.recovery
+    if found is None or not found.truncated or counted is None or now is None:
+        return False
+    tail = found.tail
+    return (now[1:] == [tail.key_offset, tail.val_offset]
+            and counted == [now[0], tail.key_offset + tail.key_bytes,
+                            tail.val_offset + tail.val_bytes])
+
+
 class Keeper:
     """The committer's counters of one shard (crawler.state.frontier)."""
 
@@ -175,7 +189,8 @@ class Keeper:
                  pending: int) -> None:
         """``pending``: the URLs of live bulks not in MainDB (len(PendSet) after the
         frontier's rebuild). An empty shard starts at zero. Otherwise the counters file
-        must match MainDB exactly (its stamp and record count), or nothing is counted
+        must match MainDB exactly (its stamp, or its stamp before this open cut a torn
+        tail the counting scan left out, and its record count), or nothing is counted
         this run; PendDB's two numbers are taken from the open, so a kill -9 during a
         commit's bulks or tombstones costs nothing. Written at once: status is exact
         from the open on."""
@@ -185,7 +200,9 @@ class Keeper:
             self.tally = Tally()
         else:
             tally, stamp, now, why = load_counts(data_dir)
-            if tally is not None and why and stamp and now and stamp["main"] == now["main"]:
+            if (tally is not None and why and stamp and now
+                    and (stamp["main"] == now["main"]
+                         or _cut_back_to_counted(main, stamp["main"], now["main"]))):
                 why = ""  # MainDB as counted: only PendDB's numbers moved, taken below
             if tally is not None and not why and tally.recorded != len(main):
                 why = "the counters disagree with MainDB"

@@ -290,3 +290,29 @@ def test_status_beside_a_running_crawl_writes_no_counters(
     assert not (data / COUNTS_NAME).exists()  # the run kept none either
     assert status(data, capsys)["counts_from"] == "scan"  # stopped now: this scan keeps them
     from_counters(data, capsys)
+
+
+@pytest.mark.parametrize("torn", ["key", "val", "both"])
+def test_counters_counted_around_a_torn_tail_hold_after_the_open_cuts_it(
+    torn: str, crawled: Path, tmp_path: Path, capsys: Capsys
+) -> None:
+    """A kill -9 in the middle of MainDB's append leaves a torn tail: status's read-only
+    scan leaves it out and rewrites the counters; the next run's writable open cuts it
+    (the files shrink to what was counted), and must keep those counters all run."""
+    data = tmp_path / "c"
+    shutil.copytree(crawled, data)
+    key_file = next(p for p in (data / "main").iterdir() if p.name.endswith(".key"))
+    val_file = key_file.with_suffix(".val")
+    if torn in ("val", "both"):
+        with open(val_file, "ab") as f:
+            f.write(b"\x02" * 100)  # a value whose KEY record was never written
+    if torn in ("key", "both"):
+        with open(key_file, "ab") as f:
+            f.write(b"\x01" * 10)  # a partial KEY record
+    sizes = key_file.stat().st_size, val_file.stat().st_size
+    info = status(data, capsys)
+    assert info["counts_from"] == "scan" and "behind the stores" in info["counts_why"]
+    from_counters(data, capsys)  # the scan rewrote them, the tail left out
+    Frontier(str(data)).close()  # cuts the tail
+    assert (key_file.stat().st_size, val_file.stat().st_size) < sizes
+    from_counters(data, capsys)
