@@ -22,7 +22,7 @@ from ..run.supervisor import take_lock
 from ..state.shards import (
     PLACEMENT_NAME,
     crawl_count,
-    read_placement,
+    placement_of,
     shard_dir,
     write_placement,
 )
@@ -77,13 +77,10 @@ def cmd_move_shard(args: argparse.Namespace) -> int:
 
 
 def _placement(data: str, count: int) -> list[str]:
-    nodes = read_placement(data)
+    nodes = placement_of(data, count)
     if nodes is None:
         raise DataDirError(f"{data}: this crawl did not run on Ray (no {PLACEMENT_NAME}): "
                            "its shards are all on this machine")
-    if len(nodes) != count:
-        raise DataDirError(f"{os.path.join(data, PLACEMENT_NAME)}: {len(nodes)} shards "
-                           f"placed, not {count}")
     return nodes
 
 

@@ -39,9 +39,9 @@ from hashlib import md5
 from typing import Any
 
 from ..config import CrawlerConfig
-from ..exceptions import CrawlerError, DataDirError
+from ..exceptions import CrawlerError
 from ..net.raycluster import alive_nodes, connect, node_id, pinned, shutdown
-from ..state.shards import PLACEMENT_NAME, place, read_placement, write_placement
+from ..state.shards import place, placement_of, write_placement
 from .overview import Overview, Round, ShardTally, Summary, quiescent
 from .rayshard import ShardActor, actor_name
 from .supervisor import PROBE_INTERVAL, ROUND_TIMEOUT, take_lock
@@ -161,15 +161,10 @@ class RayDriver(Overview):
     def _place(self) -> None:
         """Each shard's node: recorded in ray.json, or chosen and recorded now."""
 
-        path = os.path.join(self.data_dir, PLACEMENT_NAME)
-        placed = read_placement(self.data_dir)  # DataDirError when damaged
-        if placed is None:
+        nodes = placement_of(self.data_dir, self.count)  # DataDirError: damaged, or not ours
+        if nodes is None:
             nodes = place(self.count, [n["NodeManagerAddress"] for n in alive_nodes()])
             write_placement(self.data_dir, nodes)
-        elif len(placed) != self.count:
-            raise DataDirError(f"{path}: {len(placed)} shards placed, not {self.count}")
-        else:
-            nodes = placed
         for s, node in zip(self.shards, nodes, strict=True):
             s.node = node
 

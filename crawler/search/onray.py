@@ -45,7 +45,7 @@ from ..exceptions import CrawlerError, DataDirError
 from ..net.raycluster import connect, node_id, pinned, shutdown
 from ..read.listing import CrawlReader
 from ..read.pagetext import DEFAULT_TEXT_LIMIT
-from ..state.shards import crawl_count, read_placement, shard_dir
+from ..state.shards import crawl_count, placement_of, shard_dir
 from . import schema
 from .indexer import (
     DEFAULT_BATCH,
@@ -74,13 +74,10 @@ log = logging.getLogger(__name__)
 def _placement(data_dir: str) -> tuple[int, list[str]]:
     """(shard count, each shard's node address) of a crawl that ran on Ray."""
     count = crawl_count(data_dir)
-    nodes = read_placement(data_dir)
+    nodes = placement_of(data_dir, count)
     if nodes is None:
         raise DataDirError(f"{data_dir}: not a crawl that ran on Ray (no ray.json); "
                            "leave out --ray")
-    if len(nodes) != count:
-        raise DataDirError(f"{data_dir}: ray.json places {len(nodes)} shards, the crawl "
-                           f"has {count}")
     return count, nodes
 
 

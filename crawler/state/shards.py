@@ -107,6 +107,16 @@ def read_placement(data_dir: str) -> list[str] | None:
     return nodes
 
 
+def placement_of(data_dir: str, count: int) -> list[str] | None:
+    """``read_placement``, checked to place ``count`` shards (the crawl's count): None
+    for a crawl never on Ray; DataDirError, naming the file, for one of another count."""
+    nodes = read_placement(data_dir)
+    if nodes is not None and len(nodes) != count:
+        raise DataDirError(f"{os.path.join(data_dir, PLACEMENT_NAME)}: {len(nodes)} shards "
+                           f"placed, not {count}")
+    return nodes
+
+
 def place(count: int, nodes: list[str]) -> list[str]:
     """Shard i -> node address for a new placement: the distinct ``nodes`` in address
     order, round-robin (a new crawl on Ray, a reshard). Raises CrawlerError when there

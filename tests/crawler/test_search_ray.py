@@ -99,6 +99,19 @@ def test_ray_options_on_a_crawl_that_did_not_run_on_ray_are_one_line(
             f"crawler: error: {data}: not a crawl that ran on Ray (no ray.json); leave out --ray"]
 
 
+def test_a_placement_of_another_count_is_one_line_naming_ray_json(
+        tmp_path: Path, ray_head: tuple[str, dict[str, str]]) -> None:  # noqa: F811
+    head, env = ray_head
+    data = tmp_path / "c"
+    open_layout(str(data), SHARDS)
+    (data / "ray.json").write_text(json.dumps({"format": 1, "nodes": ["127.0.0.1"] * 3}))
+    for command in (["index", str(data)], ["search", str(data), "word"]):
+        ran = cli([*command, "--ray", head], env)
+        assert ran.returncode != 0
+        assert ran.stderr.strip().splitlines() == [
+            f"crawler: error: {data}/ray.json: 3 shards placed, not {SHARDS}"]
+
+
 def test_a_shard_without_an_index_is_one_line_naming_it(
         tmp_path: Path, ray_head: tuple[str, dict[str, str]]) -> None:  # noqa: F811
     """The actor that cannot open its shard's index dies in its constructor, on its node:
