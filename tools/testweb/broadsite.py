@@ -165,3 +165,27 @@ def read_log(path: str | os.PathLike[str],
         if len(parts) == 3:
             rows.append((parts[0], parts[1], parts[2]))
     return rows, offset + end
+
+
+def write_catchall(directory: str | os.PathLike[str], port: int, *, workers: int | str = 1,
+                   address: str = "127.0.0.1") -> Path:
+    """Write ``directory/nginx.conf`` for a web where every path of every host answers:
+    robots.txt allows everything, any other path is a small page linking to two new
+    paths of its own host (``$request_id``: never seen before). For crawls whose URLs
+    were made elsewhere (tools/seedscale.py's, resumed by tools/bench_resume.py): every
+    pending URL answers 200 and the frontier keeps getting new links. Serve it with
+    export.nginx_serving(directory, port); the access log is ``logs/access.log``."""
+    root = Path(directory).resolve()
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    conf = root / "nginx.conf"
+    page = ("<html><head><title>$host$uri</title></head><body><p>" + _FILLER * 4
+            + "</p><a href='/a$request_id'>one</a> <a href='/b$request_id'>two</a>"
+            "</body></html>")
+    with open(conf, "w", encoding="ascii") as f:
+        f.write(_HEAD.format(root=root, workers=workers, log=LOG_NAME,
+                             common=NGINX_HTTP_COMMON.format(root=root), hash_size=1024))
+        f.write(f"    server {{\n        listen {address}:{port} default_server;\n")
+        f.write("        location = /robots.txt { default_type text/plain; "
+                "return 200 \"User-agent: *\\nDisallow:\\n\"; }\n")
+        f.write(f"        location / {{ return 200 {_quote(page)}; }}\n    }}\n}}\n")
+    return conf
