@@ -38,6 +38,7 @@ MODULE_OF = {
     "sitemaps": "sitemaps",
     "move-shard": "moveshard",
     "reshard": "reshard",
+    "compact": "compact",
 }
 
 

@@ -63,6 +63,7 @@ import kvstore
 from ..config import DEFAULT_SYNC_INTERVAL
 from ..exceptions import CrawlerError, DataDirError
 from ..web.urls import url_key
+from . import compaction
 from .admission import DEFAULT_RECENT_KEYS, DEFAULT_VECTOR_BATCH, Admission
 from .admission import keys_array as _keys_array
 from .depths import Depths, Expand
@@ -472,7 +473,14 @@ class Frontier:
         self.syncer.stop()
 
     def _compact(self) -> None:
-        """The syncer's upkeep: PendDB compacted once most of it is dead."""
+        """The syncer's upkeep: both stores compacted when ``crawler compact`` asks
+        (crawler.state.compaction), PendDB also once most of it is dead."""
+        if compaction.asked(self.data_dir):
+            result = compaction.compact_stores(self.data_dir, self.main, self.pend)
+            try:
+                compaction.answer(self.data_dir, result)
+            except OSError as exc:  # a full disk: logged; the request stays for a retry
+                log.warning("%s: compaction result not written: %s", self.data_dir, exc)
         done = compact_if_wasted(self.pend, self.compact_bytes, f"{self.data_dir}: PendDB")
         if done:
             self.compactions += 1
