@@ -2,7 +2,8 @@
 
 Each shard on this machine is compacted by this command if no run holds it, or
 asked to compact by the run that does (crawler.state.compaction): the crawl goes
-on meanwhile. The command waits for every shard's answer unless ``--no-wait``.
+on meanwhile. Shards go one at a time (the free disk a compaction needs is one
+shard's live records), each answer awaited, unless ``--no-wait`` asks them all.
 """
 
 from __future__ import annotations
@@ -67,40 +68,42 @@ def _here(shard: str) -> dict[str, Any] | None:
         return None
 
 
+def _wait(shard: str) -> tuple[dict[str, Any], str]:
+    """The answer to the request of ``shard``: the running crawl's, or this command's
+    once no run holds the shard (it stopped before it got to the request)."""
+    while True:
+        if not compaction.asked(shard):
+            result = compaction.read_result(shard)
+            if result is not None:
+                return result, "by the running crawl"
+        elif not _running(shard) and (result := _here(shard)) is not None:
+            return result, "here, the run having stopped"
+        time.sleep(POLL)
+
+
 def cmd_compact(args: argparse.Namespace) -> int:
     log_to_stderr(logging.WARNING)
     crawl_count(args.data)  # one line for a directory with no crawl
-    waiting: list[str] = []
     failed = False
-    for shard in shard_dirs(args.data):
+    for shard in shard_dirs(args.data):  # one at a time: free disk for one shard's copy
         if not os.path.isdir(os.path.join(shard, "main")):
             print(f"compact {shard}: not on this machine (a Ray shard: run compact on its "
                   "node) or not started yet")
             continue
-        result = None
         if _running(shard):
             compaction.request(shard)
+            result = None
         else:
             result = _here(shard)
-        if result is None:
-            waiting.append(shard)
-            print(f"compact {shard}: asked the running crawl", flush=True)
+        if result is not None:
+            by = "here"
         else:
-            failed |= bool(result.get("error"))
-            print(_line(shard, result, "here"), flush=True)
-    while waiting and not args.no_wait:
-        time.sleep(POLL)
-        for shard in list(waiting):
-            if compaction.asked(shard) and not _running(shard):
-                result = _here(shard)  # the run stopped before it got to the request
-                by = "here, the run having stopped"
-            else:
-                result = None if compaction.asked(shard) else compaction.read_result(shard)
-                by = "by the running crawl"
-            if result is not None:
-                waiting.remove(shard)
-                failed |= bool(result.get("error"))
-                print(_line(shard, result, by), flush=True)
+            print(f"compact {shard}: asked the running crawl", flush=True)
+            if args.no_wait:
+                continue
+            result, by = _wait(shard)
+        failed |= bool(result.get("error"))
+        print(_line(shard, result, by), flush=True)
     return 1 if failed else 0
 
 
