@@ -3,7 +3,7 @@
 Usage (from the repository root; needs nginx: ``apt-get install -y nginx-light``):
 
     python tools/seedscale.py --data /tmp/seed20m --port 8391       # 27 min at 20.4M pages
-    python tools/bench_resume.py --data /tmp/seed20m --port 8391 --seconds 180 --kill
+    python tools/bench_resume.py --data /tmp/seed20m --port 8391 --seconds 180 --compact --kill
 
 The crawl directory must be one tools/seedscale.py built with ``--port``: its URLs
 are ``http://h{i}.test:PORT/...``. The web behind them (tools/testweb/broadsite.py's
@@ -19,7 +19,11 @@ Runs, each one ``python -m crawler start`` with the same options (``--broad --de
 2. *fresh*: the same crawl from an empty directory, its seeds ``--fresh-seeds`` URLs
    taken from the big crawl's pending bulks, one a bulk (many hosts, the same kind of
    URL);
-3. with ``--kill``: *killed*, the big crawl resumed and SIGKILLed after half the
+3. with ``--compact``: *compact*, the big crawl resumed, ``python -m crawler compact
+   DIR`` started ``--seconds`` after its first page (the running shards compact one
+   after the other), the crawl stopped ``--seconds`` after the command ends: the
+   compaction's time and the crawl's pages/s before, during and after it;
+4. with ``--kill``: *killed*, the big crawl resumed and SIGKILLed after half the
    time, then *after-kill*, resumed again (its open rebuilds what the kill left).
 
 For each run, from nginx's access log and /proc: the seconds from the process's start
@@ -95,14 +99,17 @@ def records(data: str) -> int:
 
 
 def run(cmd: list[str], access: Path, work: Path, tag: str, seconds: float,
-        stop: signal.Signals) -> dict[str, Any]:
+        stop: signal.Signals, side: list[str] | None = None) -> dict[str, Any]:
     """Run one crawler until ``seconds`` after its first page request (or its end), then
-    ``stop`` it; what nginx served it and its tree's RSS."""
+    ``stop`` it; what nginx served it and its tree's RSS. With ``side``, that command
+    starts ``seconds`` after the first page and the stop comes ``seconds`` after it
+    ends: pages/s before, during and after it."""
     offset = access.stat().st_size if access.exists() else 0
     out, err = work / f"{tag}.out", work / f"{tag}.err"
     rss: list[tuple[float, int]] = []
     pages: list[float] = []  # seconds since start of each page request answered 200
-    first_request = first_page = stopped = None
+    first_request = first_page = stopped = side_start = side_end = None
+    side_proc: subprocess.Popen[bytes] | None = None
     requests = robots = 0
     with open(out, "wb") as fo, open(err, "wb") as fe:
         started = time.monotonic()
@@ -120,7 +127,17 @@ def run(cmd: list[str], access: Path, work: Path, tag: str, seconds: float,
                     elif status == "200":
                         pages.append(now)
                         first_page = now if first_page is None else first_page
-                if stopped is None and first_page is not None and now >= first_page + seconds:
+                if side and side_proc is None and first_page is not None \
+                        and now >= first_page + seconds:
+                    side_start = now
+                    with open(work / f"{tag}.side", "wb") as so:
+                        side_proc = subprocess.Popen(side, cwd=REPO, env=bu.child_env(),
+                                                     stdout=so, stderr=subprocess.STDOUT)
+                if side_proc is not None and side_end is None and side_proc.poll() is not None:
+                    side_end = now
+                due = (None if first_page is None else first_page + seconds if not side
+                       else side_end + seconds if side_end is not None else None)
+                if stopped is None and due is not None and now >= due:
                     stopped = now
                     proc.send_signal(stop)
                 if stopped is not None and now > stopped + STOP_WAIT:
@@ -129,6 +146,8 @@ def run(cmd: list[str], access: Path, work: Path, tag: str, seconds: float,
         except BaseException:  # Ctrl-C of the benchmark: leave no crawler behind
             proc.kill()
             proc.wait()
+            if side_proc is not None:
+                side_proc.kill()
             raise
         ended = time.monotonic() - started
     time.sleep(0.5)  # nginx logs a request once answered
@@ -155,7 +174,22 @@ def run(cmd: list[str], access: Path, work: Path, tag: str, seconds: float,
         "median_rss_bytes": flowing[len(flowing) // 2] if flowing else None,
         "stop_s": round(ended - end, 1) if stopped is not None else None,
         "pages_after_stop": len(pages) - len(window),
+        **(_segments(window, first_page, side_start, side_end, end, work / f"{tag}.side")
+           if side_start is not None else {}),
     }
+
+
+def _segments(pages: list[float], first: float, start: float, stop: float | None,
+              end: float, output: Path) -> dict[str, Any]:
+    """pages/s before, during and after the side command, and what it printed."""
+    stop = end if stop is None else stop
+
+    def rate(a: float, b: float) -> float:
+        return round(sum(1 for t in pages if a <= t < b) / max(1e-9, b - a), 1)
+
+    return {"side_s": round(stop - start, 1), "pages_per_s_before": rate(first, start),
+            "pages_per_s_during": rate(start, stop), "pages_per_s_after": rate(stop, end),
+            "side_output": output.read_text(errors="replace")[-4000:]}
 
 
 def start_cmd(data: Path, dns: tuple[str, int], args: argparse.Namespace,
@@ -168,7 +202,7 @@ def start_cmd(data: Path, dns: tuple[str, int], args: argparse.Namespace,
 
 def table(result: dict[str, Any]) -> str:
     rows = []
-    for tag in ("resume", "fresh", "killed", "after-kill"):
+    for tag in ("resume", "fresh", "compact", "killed", "after-kill"):
         r = result.get(tag)
         if r is None:
             continue
@@ -182,6 +216,11 @@ def table(result: dict[str, Any]) -> str:
     if "fresh" in result and "resume" in result:
         ratio = result["resume"]["pages_per_s"] / max(1e-9, result["fresh"]["pages_per_s"])
         text += f"\nresume / fresh pages/s: {ratio:.2f} (target >= 0.9)"
+    if "compact" in result:
+        c = result["compact"]
+        text += (f"\ncompact during the crawl: {c['side_s']} s; pages/s before "
+                 f"{c['pages_per_s_before']}, during {c['pages_per_s_during']}, after "
+                 f"{c['pages_per_s_after']}\n{c['side_output'].strip()}")
     if "kill" in result:
         k = result["kill"]
         text += (f"\nrecords: {k['before']:,} before, {k['after_killed']:,} after the kill "
@@ -201,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh-seeds", type=int, default=100_000,
                    help="seeds of the fresh crawl, from the big crawl's pending URLs (0: no "
                    "fresh run)")
+    p.add_argument("--compact", action="store_true",
+                   help="also a run during which `crawler compact` compacts the big crawl")
     p.add_argument("--kill", action="store_true", help="also the kill -9 and resume runs")
     p.add_argument("--workdir", help="parent of the temporary directory (default: the system's)")
     p.add_argument("--json", dest="out", help="results file "
@@ -237,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
                 result["fresh"] = run(
                     start_cmd(work / "fresh", dns.address, args, "--seeds-file", str(seeds)),
                     access, work, "fresh", args.seconds, signal.SIGINT)
+            if args.compact:
+                log("compact")
+                result["compact"] = run(
+                    start_cmd(data, dns.address, args), access, work, "compact", args.seconds,
+                    signal.SIGINT, side=[sys.executable, "-m", "crawler", "compact", str(data)])
             if args.kill:
                 before = records(str(data))
                 log("killed")

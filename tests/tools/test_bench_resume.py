@@ -2,7 +2,8 @@
 
 Speed is never asserted; what is asserted is that the numbers are real: every run
 fetched pages from the web it was given, the resumed runs wrote into the big crawl,
-and a kill -9 lost no more records than nginx served to the killed run.
+the compaction was the running crawl's, and a kill -9 lost no more records than nginx
+served to the killed run.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def test_the_catch_all_web_answers_every_path_with_two_new_links(tmp_path: Path)
         assert status == 200 and "Disallow:\n" in robots and "Disallow: /" not in robots
 
 
-def test_bench_resume_runs_resume_fresh_and_a_kill_on_a_seedscale_crawl(tmp_path: Path) -> None:
+def test_bench_resume_runs_resume_fresh_compact_and_a_kill_on_a_seedscale_crawl(
+        tmp_path: Path) -> None:
     port = free_port()
     data = tmp_path / "seed"
     built = subprocess.run(
@@ -65,15 +67,18 @@ def test_bench_resume_runs_resume_fresh_and_a_kill_on_a_seedscale_crawl(tmp_path
     out = tmp_path / "r.json"
     ran = subprocess.run(
         [sys.executable, "tools/bench_resume.py", "--data", str(data), "--port", str(port),
-         "--hosts", "40", "--seconds", "2", "--threads", "16", "--fresh-seeds", "30",
-         "--kill", "--workdir", str(tmp_path), "--json", str(out)],
+         "--hosts", "40", "--seconds", "1", "--threads", "16", "--fresh-seeds", "30",
+         "--compact", "--kill", "--workdir", str(tmp_path), "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=TOOL_TIMEOUT, check=False)
     assert ran.returncode == 0, ran.stderr[-2000:]
     result = json.loads(out.read_text())
-    for tag in ("resume", "fresh", "killed", "after-kill"):
+    for tag in ("resume", "fresh", "compact", "killed", "after-kill"):
         r = result[tag]
         assert r["pages"] > 0 and r["peak_rss_bytes"] > 0, (tag, r)
         assert 0 <= r["first_request_s"] <= r["first_page_s"]
+    compact = result["compact"]
+    assert compact["side_s"] > 0 and compact["pages_per_s_before"] > 0
+    assert compact["side_output"].count("(by the running crawl)") == 2
     assert result["killed"]["returncode"] == -9
     assert result["resume"]["returncode"] == result["after-kill"]["returncode"] == 130
     kill = result["kill"]
