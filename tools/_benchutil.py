@@ -208,7 +208,7 @@ def _vm_status(pid: int) -> dict[str, int]:
     return out if "VmHWM" in out else {}
 
 
-def _child_pids(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
     """Children of ``pid``'s main thread (where ``subprocess`` forks); [] if unknown."""
     try:
         with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
@@ -271,7 +271,7 @@ def run_measured(cmd: Sequence[str], *, cwd: str | os.PathLike[str] | None = Non
                             cmds[p] = _cmdline(p)
                         if p == proc.pid and vm.get("VmRSS", 0) >= at_peak.get("VmRSS", 0):
                             at_peak = vm
-                    todo += _child_pids(p)
+                    todo += child_pids(p)
                 tree_peak = max(tree_peak, tree)
                 if timeout is not None and time.monotonic() - started > timeout and not timed_out:
                     timed_out = True
@@ -338,7 +338,7 @@ def tree_rss(pid: int) -> tuple[int, int]:
         if vm:
             total += vm.get("VmRSS", 0)
             count += 1
-        todo += _child_pids(p)
+        todo += child_pids(p)
     return total, count
 
 

@@ -89,6 +89,19 @@ def pending_sample(data: str, count: int) -> list[str]:
     return urls
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process under it, parents first (none is left to
+    notice the others' death)."""
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        todo += bu.child_pids(p)
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def records(data: str) -> int:
     """Page records in every shard's MainDB (kvstore's count: the key index, no record read)."""
     total = 0
@@ -139,7 +152,10 @@ def run(cmd: list[str], access: Path, work: Path, tag: str, seconds: float,
                        else side_end + seconds if side_end is not None else None)
                 if stopped is None and due is not None and now >= due:
                     stopped = now
-                    proc.send_signal(stop)
+                    if stop == signal.SIGKILL:  # a power cut: the shards die with it
+                        kill_tree(proc.pid)
+                    else:
+                        proc.send_signal(stop)
                 if stopped is not None and now > stopped + STOP_WAIT:
                     proc.kill()
                 time.sleep(SAMPLE if first_page is not None else 0.1)
