@@ -327,16 +327,18 @@ def git_revision(repo: str | os.PathLike[str]) -> dict[str, Any]:
             "diff_sha1": hashlib.sha1(diff.encode()).hexdigest() if diff else None}
 
 
-def tree_rss(pid: int) -> tuple[int, int]:
+def tree_rss(pid: int, field: str = "VmRSS") -> tuple[int, int]:
     """(sum of VmRSS in bytes, live processes) over ``pid`` and its descendants now ((0, 0)
-    once it is gone): one sample of the polling ``run_measured`` does, for loops of their own."""
+    once it is gone): one sample of the polling ``run_measured`` does, for loops of their own.
+    ``field="RssAnon"``: the anonymous part only (VmRSS also counts the file pages a
+    process maps, such as a store's mmap, which the kernel can drop at any time)."""
     total = count = 0
     todo = [pid]
     while todo:
         p = todo.pop()
         vm = _vm_status(p)
         if vm:
-            total += vm.get("VmRSS", 0)
+            total += vm.get(field, 0)
             count += 1
         todo += child_pids(p)
     return total, count

@@ -30,7 +30,9 @@ For each run, from nginx's access log and /proc: the seconds from the process's 
 to its first request and first page request (the open of every store, index loads or
 rebuilds included), pages/s (page requests answered 200, from the first to the stop,
 and over the last half of the window), the crawler tree's RSS (peak, and the median
-of one sample a second once pages flow), the seconds a SIGINT took to stop it. The
+of one sample a second once pages flow) and its anonymous part (RssAnon: RSS also
+counts the stores' mapped file pages, which the kernel drops when memory is short),
+the seconds a SIGINT took to stop it. The
 ratio resume/fresh pages/s is the issue's target (>= 0.9); the tree RSS target is
 <= 1.2 GB. For the kill: the records in MainDB (kvstore's count, every shard) before
 the killed run, after it and after the next, against the pages nginx served: what the
@@ -119,7 +121,7 @@ def run(cmd: list[str], access: Path, work: Path, tag: str, seconds: float,
     ends: pages/s before, during and after it."""
     offset = access.stat().st_size if access.exists() else 0
     out, err = work / f"{tag}.out", work / f"{tag}.err"
-    rss: list[tuple[float, int]] = []
+    rss: list[tuple[float, int, int]] = []  # (seconds, VmRSS, RssAnon) of the tree
     pages: list[float] = []  # seconds since start of each page request answered 200
     first_request = first_page = stopped = side_start = side_end = None
     side_proc: subprocess.Popen[bytes] | None = None
@@ -130,7 +132,7 @@ def run(cmd: list[str], access: Path, work: Path, tag: str, seconds: float,
         try:
             while proc.poll() is None:
                 now = time.monotonic() - started
-                rss.append((now, bu.tree_rss(proc.pid)[0]))
+                rss.append((now, bu.tree_rss(proc.pid)[0], bu.tree_rss(proc.pid, "RssAnon")[0]))
                 rows, offset = read_log(access, offset)
                 for _host, uri, status in rows:
                     requests += 1
@@ -175,7 +177,8 @@ def run(cmd: list[str], access: Path, work: Path, tag: str, seconds: float,
     end = stopped if stopped is not None else ended
     window = [t for t in pages if t <= end]
     half = first_page + (end - first_page) / 2
-    flowing = sorted(r for t, r in rss if first_page <= t <= end)
+    flowing = sorted(r for t, r, _ in rss if first_page <= t <= end)
+    anon = sorted(a for t, _, a in rss if first_page <= t <= end)
     return {
         "returncode": proc.returncode,
         "first_request_s": round(first_request or 0.0, 1),
@@ -186,8 +189,10 @@ def run(cmd: list[str], access: Path, work: Path, tag: str, seconds: float,
         "pages_per_s_second_half": round(sum(1 for t in window if t >= half)
                                          / max(1e-9, end - half), 1),
         "requests": requests, "robots_requests": robots,
-        "peak_rss_bytes": max((r for _, r in rss), default=0),
+        "peak_rss_bytes": max((r for _, r, _ in rss), default=0),
         "median_rss_bytes": flowing[len(flowing) // 2] if flowing else None,
+        "peak_anon_bytes": max((a for _, _, a in rss), default=0),
+        "median_anon_bytes": anon[len(anon) // 2] if anon else None,
         "stop_s": round(ended - end, 1) if stopped is not None else None,
         "pages_after_stop": len(pages) - len(window),
         **(_segments(window, first_page, side_start, side_end, end, work / f"{tag}.side")
@@ -225,10 +230,11 @@ def table(result: dict[str, Any]) -> str:
         rows.append([tag, f"{r['first_request_s']}", f"{r['first_page_s']}",
                      f"{r['pages_per_s']}", f"{r['pages_per_s_second_half']}",
                      bu.fmt_bytes(r["peak_rss_bytes"]), bu.fmt_bytes(r["median_rss_bytes"]),
+                     bu.fmt_bytes(r["peak_anon_bytes"]), bu.fmt_bytes(r["median_anon_bytes"]),
                      "-" if r["stop_s"] is None else f"{r['stop_s']}"])
     text = bu.markdown_table(["run", "first request s", "first page s", "pages/s",
                               "pages/s 2nd half", "peak tree RSS", "median tree RSS",
-                              "stop s"], rows)
+                              "peak anon", "median anon", "stop s"], rows)
     if "fresh" in result and "resume" in result:
         ratio = result["resume"]["pages_per_s"] / max(1e-9, result["fresh"]["pages_per_s"])
         text += f"\nresume / fresh pages/s: {ratio:.2f} (target >= 0.9)"

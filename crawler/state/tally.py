@@ -32,9 +32,13 @@ It writes the file after the commit's last flush (write, rename; no fsync: the
 stores are not fsynced per commit either, and after a power loss a stale file
 is caught by its stamp like any other). On open the frontier keeps counting
 only when the file's stamp is the stores' and its totals are theirs (records,
-bulks, and pending against PendSet, which the open rebuilds anyway); otherwise
-it counts nothing this run and ``status`` reads every record, and rewrites the
-file from that scan when no run holds the shard (crawler.read.counting).
+bulks, and pending against PendSet, which the open rebuilds anyway). Otherwise
+(a kill -9 between a commit's writes and the counters', a retry...) it recounts
+MainDB's part from the outcome log (``recount``: its standing rows, and the heads
+of the few records it does not stand for) and pending from PendSet. Only when
+the log stands for too few records (a crawl made before it) does it count
+nothing this run: ``status`` then reads every record, and rewrites the file from
+that scan when no run holds the shard (crawler.read.counting).
 
 Not thread-safe: the committer's, one commit at a time.
 """
@@ -44,8 +48,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
+
+import numpy as np
 
 import kvstore
 
@@ -53,7 +61,8 @@ from ..exceptions import CrawlerError, DataDirError
 from ..outcomes import outcome_key
 from .admission import keys_array
 from .jsonfile import read_json
-from .pages import PageRecord, decode_page
+from .outcomelog import standing, words
+from .pages import PageRecord, decode_page, read_page_head
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +191,43 @@ def _cut_back_to_counted(main: kvstore.Store, counted: list[int] | None,
                             tail.val_offset + tail.val_bytes])
 
 
+# Heads a recount at open may read (records the outcome log does not stand for: a
+# kill -9 between a commit's MainDB flush and its log leaves a few hundred): past it,
+# (a crawl made before the log) the run keeps no counters, as before the log existed.
+RECOUNT_HEADS = 100_000
+
+
+def recount(data_dir: str, main: kvstore.Store, max_heads: int | None = None
+            ) -> Tally | None:
+    """MainDB's part of the counters (outcomes, recorded, fetched) from the shard's
+    outcome log (crawler.state.outcomelog: its standing rows, no record read) and the
+    heads of the records it does not stand for, in file order; None if those are more
+    than ``max_heads`` or one does not decode. Pending numbers are left at zero."""
+    max_heads = RECOUNT_HEADS if max_heads is None else max_heads
+    tally = Tally()
+    covered = kvstore.KeySet()
+    for _, facts in standing(data_dir, main, covered):
+        which, outs = words(facts)
+        for (status, reason, cut), n in zip(outs, np.bincount(which).tolist(), strict=True):
+            if n:
+                tally.count(status, outcome_key(status, reason, cut), n)
+    if len(main) - len(covered) > max_heads:
+        return None
+    if len(covered) < len(main):
+        _, keys, versions = main.versions()
+        missing = ~covered.contains_many(keys) if len(covered) else np.ones(len(keys), bool)
+        for key in keys[missing][np.argsort(versions[missing], kind="stable")]:
+            try:
+                page = read_page_head(partial(main.get_prefix, key.tobytes()))
+            except (kvstore.exceptions.KVStoreError, CrawlerError, ValueError,
+                    TypeError) as exc:
+                log.info("%s: record %s unreadable, not recounted: %s", data_dir,
+                         key.tobytes().hex(), exc)
+                return None
+            tally.count(page.status, outcome_key(page.status, page.reason, page.truncated))
+    return tally
+
+
 class Keeper:
     """The committer's counters of one shard (crawler.state.frontier)."""
 
@@ -190,9 +236,10 @@ class Keeper:
         """``pending``: the URLs of live bulks not in MainDB (len(PendSet) after the
         frontier's rebuild). An empty shard starts at zero. Otherwise the counters file
         must match MainDB exactly (its stamp, or its stamp before this open cut a torn
-        tail the counting scan left out, and its record count), or nothing is counted
-        this run; PendDB's two numbers are taken from the open, so a kill -9 during a
-        commit's bulks or tombstones costs nothing. Written at once: status is exact
+        tail the counting scan left out, and its record count), or MainDB's part is
+        recounted (``recount``), or nothing is counted this run; PendDB's two numbers
+        are taken from the open, so a kill -9 during a commit's bulks or tombstones
+        costs nothing. Written at once: status is exact
         from the open on."""
         self.data_dir = data_dir
         self.tally: Tally | None = None
@@ -207,9 +254,15 @@ class Keeper:
             if tally is not None and not why and tally.recorded != len(main):
                 why = "the counters disagree with MainDB"
             if tally is None or why:
-                log.info("%s: not keeping outcome counters this run: %s; `status` counts "
-                         "by reading every record until it can rewrite them", data_dir, why)
-                return
+                started = time.monotonic()
+                tally = recount(data_dir, main)
+                if tally is None:
+                    log.info("%s: not keeping outcome counters this run: %s; `status` "
+                             "counts by reading every record until it can rewrite them",
+                             data_dir, why or "none")
+                    return
+                log.info("%s: outcome counters recounted from the outcome log in %.1f s "
+                         "(%s)", data_dir, time.monotonic() - started, why or "none")
             tally.pending = pending
             self.tally = tally
         self.write(pend)

@@ -33,7 +33,9 @@ from crawl_helpers import (
 import kvstore
 from crawler.cli import main
 from crawler.run.engine import Engine
+from crawler.state import tally
 from crawler.state.frontier import Frontier
+from crawler.state.outcomelog import OUTCOMES_NAME
 from crawler.state.statusfile import read_status
 from crawler.state.tally import COUNTS_NAME
 from kvstore.cli import main as kvstore_main
@@ -163,10 +165,40 @@ def test_the_next_run_mends_counters_whose_pend_db_moved(
     Frontier(str(data)).close()
     assert json.loads(path.read_text()) == doc
     from_counters(data, capsys)
-    main_moved = {**doc, "stamp": {**doc["stamp"], "main": [1, 24, 24]}}
-    path.write_text(json.dumps(main_moved))  # MainDB not as counted: no mending that
+    main_moved = {**doc, "recorded": 1, "stamp": {**doc["stamp"], "main": [1, 24, 24]}}
+    path.write_text(json.dumps(main_moved))  # MainDB not as counted: recounted (below)
     Frontier(str(data)).close()
-    assert json.loads(path.read_text()) == main_moved
+    assert json.loads(path.read_text()) == doc
+
+
+def test_counters_behind_main_db_are_recounted_at_open_from_the_outcome_log(
+    crawled: Path, tmp_path: Path, capsys: Capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a kill -9 between a commit's MainDB flush and its counters leaves: the next
+    open recounts MainDB's part from the outcome log's standing rows and the heads of
+    the records the log does not stand for, so status is exact from that run on."""
+    data = tmp_path / "c"
+    shutil.copytree(crawled, data)
+    path = data / COUNTS_NAME
+    doc = json.loads(path.read_text())
+    stale = {**doc, "outcomes": {"200": 1}, "recorded": 1, "fetched": 1,
+             "stamp": {**doc["stamp"], "main": [1, 24, 24]}}
+    path.write_text(json.dumps(stale))
+    Frontier(str(data)).close()
+    assert json.loads(path.read_text()) == doc  # from the log alone
+    log_file = data / OUTCOMES_NAME
+    rows = log_file.stat().st_size // 48
+    with open(log_file, "r+b") as f:
+        f.truncate(rows // 2 * 48)  # half the records now have no standing row
+    path.write_text(json.dumps(stale))
+    Frontier(str(data)).close()
+    assert json.loads(path.read_text()) == doc  # and their heads
+    from_counters(data, capsys)
+    monkeypatch.setattr(tally, "RECOUNT_HEADS", rows // 4)  # too many heads to read
+    path.write_text(json.dumps(stale))
+    Frontier(str(data)).close()
+    assert json.loads(path.read_text()) == stale  # none kept this run
+    assert status(data, capsys)["counts_from"] == "scan"
 
 
 def test_retry_keeps_the_counters_and_so_does_the_resume(
@@ -235,9 +267,11 @@ def test_a_kill_9_is_the_recount_or_a_scan_then_counters_again(
         proc.communicate(timeout=30)
     snap = read_status(str(data))
     assert snap is None or snap.get("running") is not False  # killed, not stopped
-    info = same_as_recount(data, capsys)  # the counters if they were current, else a scan
+    looked = tmp_path / "looked"  # status on a copy: the resume must not need its scan
+    shutil.copytree(data, looked)
+    info = same_as_recount(looked, capsys)  # the counters if they were current, else a scan
     assert info["pending"] > 0
-    from_counters(data, capsys)  # a scan, if there was one, rewrote them
+    from_counters(looked, capsys)  # a scan, if there was one, rewrote them
     proc = start_cli(args)
     try:
         wait_for(lambda: proc.poll() is not None, None, "the resumed crawl's end", 120)
@@ -268,25 +302,33 @@ def test_a_sharded_crawl_keeps_counters_per_shard(
 
 
 def test_status_beside_a_running_crawl_writes_no_counters(
-    make_testweb: MakeWeb, tmp_path: Path, capsys: Capsys
+    make_testweb: MakeWeb, tmp_path: Path, capsys: Capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A crawl resumed without counters (an older version's) keeps none this run, so
-    status counts by reading; beside the running crawl it must not write them."""
+    """A crawl resumed without counters and without the outcome log (an older
+    version's), too big to recount at open, keeps none this run, so status counts by
+    reading; beside the running crawl it must not write them."""
     web = make_testweb(pages=300, hosts=2, seed=7, crawl_delay=0.0)
     data = tmp_path / "c"
     run_crawl(web, data, max_pages=40)
     (data / COUNTS_NAME).unlink()
-    proc = start_cli(cli_args(web, data, "--delay", "0.3", "--per-host", "1"))
+    (data / OUTCOMES_NAME).unlink()
+    monkeypatch.setattr(tally, "RECOUNT_HEADS", 10)  # fewer than the 40 records
+    engine = Engine(config_for(web, data, delay=0.3, per_host=1, status_interval=0.2))
+    engine.add_seeds([web.seed_url])
+    runner = threading.Thread(target=engine.run)
+    runner.start()
     try:
-        wait_for(lambda: bool((read_status(str(data)) or {}).get("running")), proc,
+        wait_for(lambda: bool((read_status(str(data)) or {}).get("running")), None,
                  "the resumed run's status.json")
-        wait_for_answers(web, proc, 2)
+        goal = answered_pages(web) + 2
+        wait_for(lambda: answered_pages(web) >= goal, None, "2 more answers")
         info = status(data, capsys)
         assert info["running"] and info["counts_from"] == "scan"
         assert not (data / COUNTS_NAME).exists()
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+        engine.stop()
+        runner.join(60)
+    assert not runner.is_alive()
     assert not (data / COUNTS_NAME).exists()  # the run kept none either
     assert status(data, capsys)["counts_from"] == "scan"  # stopped now: this scan keeps them
     from_counters(data, capsys)
