@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
@@ -162,6 +163,25 @@ def emit(record: dict[str, Any]) -> None:
     """A worker's one result line on stdout (the parent reads the last line)."""
     sys.stdout.write(json.dumps(record, default=_jsonable) + "\n")
     sys.stdout.flush()
+
+
+def nginx_binary(tool: str) -> str:
+    """The nginx to serve a benchmark's site; exits with how to install it if absent."""
+    found = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not os.path.exists(found):
+        raise SystemExit(f"{tool}: nginx not found: apt-get update && apt-get install -y "
+                         "nginx-light")
+    return found
+
+
+def write_results(path: Path, result: dict[str, Any], text: str) -> None:
+    """End a benchmark: the load now into ``result["machine"]``, ``result`` as JSON at
+    ``path``, ``text`` (its table) on stdout, where it went on stderr."""
+    result["machine"]["load_end"] = loadavg()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(text)
+    log(f"wrote {path}")
 
 
 def fmt_rate(x: float | None) -> str:

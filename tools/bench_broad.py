@@ -383,9 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", dest="out", help="results file "
                    "(default: bench-results/broad-<timestamp>.json, git-ignored)")
     args = p.parse_args(argv)
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not os.path.exists(nginx):
-        raise SystemExit("bench_broad: nginx not found: apt-get install -y nginx-light")
+    nginx = bu.nginx_binary("bench_broad")
     out_path = Path(args.out or REPO / "bench-results" / f"broad-{bu.timestamp()}.json")
     cfg = BroadConfig(hosts=args.hosts, pages_per_host=args.pages_per_host,
                       fanout=args.fanout, port=free_port())
@@ -411,11 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_restart:
                 result["restart"] = run_restart(cfg, dns.address, site_dir, work, args)
                 result["restart"]["dns_queries"] = len(dns.log)
-    result["machine"]["load_end"] = bu.loadavg()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(table(result))
-    log(f"wrote {out_path}")
+    bu.write_results(out_path, result, table(result))
     return 0
 
 

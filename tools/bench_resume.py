@@ -45,9 +45,7 @@ Output: a table on stdout (progress on stderr) and JSON (``--json``, default
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -269,9 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", dest="out", help="results file "
                    "(default: bench-results/resume-<timestamp>.json, git-ignored)")
     args = p.parse_args(argv)
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not os.path.exists(nginx):
-        raise SystemExit("bench_resume: nginx not found: apt-get install -y nginx-light")
+    nginx = bu.nginx_binary("bench_resume")
     data = Path(args.data)
     if not shard_dirs(str(data)):
         raise SystemExit(f"bench_resume: {data}: no crawl there")
@@ -320,11 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "after_resume": records(str(data)),
                                   "served_after": result["after-kill"]["pages"]
                                   + result["after-kill"]["pages_after_stop"]}
-    result["machine"]["load_end"] = bu.loadavg()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(table(result))
-    log(f"wrote {out_path}")
+    bu.write_results(out_path, result, table(result))
     return 0
 
 
