@@ -19,22 +19,29 @@ a rule checked every few seconds. ``crawler compact DIR`` asks instead.
   (it stopped first) is done by the next run, or by the command once no run
   holds the shard.
 
-A compaction starts a new MainDB generation, so the outcome log's rows stop
-standing (crawler.state.outcomelog): the next dry run of ``retry`` or
-``recrawl`` reads every record's head, and the next real one logs them again.
+A compaction starts a new MainDB generation, whose record versions the outcome
+log's rows (crawler.state.outcomelog) do not name: the rows that stood before
+it are copied aside first (``carry``, beside the crawl), and once it is done the
+log is rewritten with each row's new version (``OutcomeLog.remap``, with no
+commit in flight: the frontier's commit lock), so dry runs and the counters'
+recount stay fast. If that fails, the log stands for nothing and records are
+read instead, as before the log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from contextlib import AbstractContextManager
 from typing import Any
 
 import kvstore
 
 from ..exceptions import DataDirError
 from .jsonfile import read_json, write_json
+from .outcomelog import OutcomeLog, carry
 from .tally import load_counts, shard_stamp, write_counts
 
 __all__ = ["REQUEST_NAME", "RESULT_NAME", "answer", "asked", "compact_shard",
@@ -66,23 +73,48 @@ def _files(store: kvstore.Store) -> int:
     return found[1] + found[2] if found is not None else 0
 
 
-def compact_stores(shard: str, main: kvstore.Store, pend: kvstore.Store) -> dict[str, Any]:
+def compact_stores(shard: str, main: kvstore.Store, pend: kvstore.Store,
+                   outcomes: OutcomeLog, quiet: AbstractContextManager[Any]) -> dict[str, Any]:
     """Compact MainDB, then PendDB; what each took (bytes of their files before and
-    after, seconds), or the error that stopped it (a full disk: the store as it was)."""
+    after, seconds), or the error that stopped it (a full disk: the store as it was).
+    The outcome log is carried over MainDB's new generation (``outcomelog.carry`` and
+    ``OutcomeLog.remap``), its rewrite done inside ``quiet``: no commit in flight."""
     result: dict[str, Any] = {"done": time.time()}
     for name, store in (("main", main), ("pend", pend)):
         before, started = _files(store), time.monotonic()
+        carried: tuple[str, int] | None = None
         try:
+            if store is main:
+                carried = carry(shard, main)
             store.compact()
         except (OSError, kvstore.exceptions.KVStoreError) as exc:  # a full disk, damage
             log.warning("%s: %s not compacted: %s", shard, name, exc)
             result["error"] = f"{name}: {exc}"
+            if carried is not None:
+                _unlink(carried[0])
             break
+        if carried is not None:
+            try:
+                with quiet:
+                    result["outcome_rows"] = outcomes.remap(main, *carried)
+            except OSError as exc:
+                log.warning("%s: the outcome log was not carried over the compaction (%s): "
+                            "dry runs read every record until a real retry or recrawl "
+                            "logs them", shard, exc)
+            finally:
+                _unlink(carried[0])
         result[name] = {"before": before, "after": _files(store),
                         "seconds": round(time.monotonic() - started, 2)}
         log.info("%s: %s compacted: %d -> %d bytes in %.1f s", shard, name, before,
                  result[name]["after"], result[name]["seconds"])
     return result
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def answer(shard: str, result: dict[str, Any]) -> None:
@@ -111,7 +143,11 @@ def compact_shard(shard: str) -> dict[str, Any]:
     tally, _, _, why = load_counts(shard)
     with kvstore.open(os.path.join(shard, "main")) as main, \
             kvstore.open(os.path.join(shard, "pend")) as pend:
-        result = compact_stores(shard, main, pend)
+        outcomes = OutcomeLog(shard)
+        try:
+            result = compact_stores(shard, main, pend, outcomes, contextlib.nullcontext())
+        finally:
+            outcomes.close()
     if tally is not None and not why:
         write_counts(shard, tally, shard_stamp(shard))
     if asked(shard):

@@ -191,6 +191,9 @@ class Frontier:
         # between a commit's swap and its bulks reaching _unclaimed, and a crawl ended
         # "complete" with its seed, or a page's links, never claimed.
         self._committing = False
+        # Held by each commit: the syncer's compaction rewrites the outcome log under it
+        # (crawler.state.compaction), when every record put has its log row.
+        self._commit_lock = threading.Lock()
         self._counter = 0
         self.syncer = Syncer(sync_interval, self._sync_stores, self._compact)
         self.compact_bytes = compact_bytes
@@ -348,7 +351,8 @@ class Frontier:
             received, self._received = self._received, []
             self._committing = bool(batch or seeds or received)
         try:
-            return self._commit_taken(batch, seeds, received)
+            with self._commit_lock:
+                return self._commit_taken(batch, seeds, received)
         finally:
             with self._qlock:
                 self._committing = False
@@ -476,7 +480,8 @@ class Frontier:
         """The syncer's upkeep: both stores compacted when ``crawler compact`` asks
         (crawler.state.compaction), PendDB also once most of it is dead."""
         if compaction.asked(self.data_dir):
-            result = compaction.compact_stores(self.data_dir, self.main, self.pend)
+            result = compaction.compact_stores(self.data_dir, self.main, self.pend,
+                                               self.outcomes, self._commit_lock)
             try:
                 compaction.answer(self.data_dir, result)
             except OSError as exc:  # a full disk: logged; the request stays for a retry

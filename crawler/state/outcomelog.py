@@ -45,10 +45,12 @@ import kvstore
 from ..exceptions import URLError
 from ..web.urls import host_key, host_of
 from .admission import keys_array
+from .jsonfile import fsync_path
 from .pages import PageRecord
 from .recordlog import RecordLog, keys_of, read_chunks
 
-__all__ = ["OUTCOMES_NAME", "UNKNOWN", "VOCABULARY", "OutcomeLog", "host_prefix", "standing"]
+__all__ = ["OUTCOMES_NAME", "UNKNOWN", "VOCABULARY", "OutcomeLog", "carry", "host_prefix",
+           "standing"]
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +137,41 @@ class OutcomeLog:
         for rows in staged:
             self.log.append(rows)
 
+    def remap(self, main: kvstore.Store, carried: str, size: int) -> int:
+        """After ``main``'s compaction (a new generation, new versions), rewrite the log:
+        the ``carried`` rows (``carry``'s, standing before it) of keys not logged since
+        ``size``, and the last row of each key logged since, each given its record's
+        version now. Call with no commit in flight, so every record put has its row
+        (the frontier's commit lock). Returns the rows kept; raises OSError (the log is
+        then as it was: its rows stand for nothing, and records are read instead)."""
+        path = self.log.path
+        tail = [c for c in read_chunks(path, DTYPE, start=size)]
+        since = np.concatenate(tail) if tail else np.zeros(0, dtype=DTYPE)
+        _, last = np.unique(since["key"][::-1], return_index=True)
+        since = since[::-1][last]  # a key's last row describes its record now
+        logged = kvstore.KeySet()
+        logged.add_many(keys_of(since))
+        new, kept = path + ".remap.tmp", 0
+        with open(new, "wb") as f:
+            for chunk in read_chunks(carried, DTYPE):
+                if len(logged):
+                    chunk = chunk[~logged.contains_many(keys_of(chunk))]
+                rows = _renamed(main, chunk)
+                f.write(rows.tobytes())
+                kept += len(rows)
+            rows = _renamed(main, since)
+            f.write(rows.tobytes())
+            kept += len(rows)
+            f.flush()
+            os.fsync(f.fileno())
+        self.log.close()
+        try:
+            os.replace(new, path)
+            fsync_path(os.path.dirname(path) or ".")
+        finally:
+            self.log = RecordLog(path, FIELD, FACTS)
+        return kept
+
     def sync(self) -> None:
         self.log.sync()
 
@@ -145,14 +182,15 @@ class OutcomeLog:
         self.log.abandon()
 
 
-def standing(data_dir: str, main: kvstore.Store, covered: kvstore.KeySet
-             ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The standing records of a shard's outcome log, a chunk at a time, as (keys as an
-    (n, 16) uint8 array, FACTS rows): each live key of ``main`` at most once, added to
-    ``covered`` as it is given. A record whose words are not all known is not given
-    (the key stays uncovered: its record is read). Reads the log only."""
+def standing(data_dir: str, main: kvstore.Store, covered: kvstore.KeySet,
+             size: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The standing records of a shard's outcome log (its first ``size`` bytes; None:
+    all), a chunk at a time, as (keys as an (n, 16) uint8 array, FACTS rows): each live
+    key of ``main`` at most once, added to ``covered`` as it is given. A record whose
+    words are not all known is not given (the key stays uncovered: its record is read).
+    Reads the log only."""
     path = os.path.join(data_dir, OUTCOMES_NAME)
-    for chunk in read_chunks(path, DTYPE):
+    for chunk in read_chunks(path, DTYPE, size):
         keys = keys_of(chunk)
         facts = chunk[FIELD]
         generation, current = main.versions_of(keys)
@@ -169,6 +207,35 @@ def standing(data_dir: str, main: kvstore.Store, covered: kvstore.KeySet
         keys, facts = keys[fresh], facts[fresh]
         covered.add_many(keys)
         yield keys, facts
+
+
+def carry(data_dir: str, main: kvstore.Store) -> tuple[str, int]:
+    """Before a compaction of ``main``: the log's rows that stand now, copied to a file
+    beside it, and the log's size when they were read (every row past it was logged
+    later); for ``OutcomeLog.remap`` once the compaction is done. Raises OSError."""
+    path = os.path.join(data_dir, OUTCOMES_NAME)
+    size = os.path.getsize(path) if os.path.exists(path) else 0
+    size -= size % DTYPE.itemsize
+    carried = path + ".carry.tmp"
+    with open(carried, "wb") as f:
+        for keys, facts in standing(data_dir, main, kvstore.KeySet(), size):
+            rows = np.zeros(len(keys), dtype=DTYPE)
+            rows["key"] = np.frombuffer(keys.tobytes(), dtype="V16")
+            rows[FIELD] = facts
+            f.write(rows.tobytes())
+    return carried, size
+
+
+def _renamed(main: kvstore.Store, rows: np.ndarray) -> np.ndarray:
+    """``rows`` given the version their key has in ``main`` now (live keys only)."""
+    if not len(rows):
+        return rows
+    generation, versions = main.versions_of(keys_of(rows))
+    live = versions >= 0
+    out = rows[live].copy()
+    out[FIELD]["generation"] = generation
+    out[FIELD]["version"] = versions[live]
+    return out
 
 
 def words(facts: np.ndarray) -> tuple[np.ndarray, list[tuple[int, str, str]]]:

@@ -78,10 +78,12 @@ class RecordLog:
             pass
 
 
-def read_chunks(path: str, dtype: np.dtype, size: int | None = None) -> Iterator[np.ndarray]:
+def read_chunks(path: str, dtype: np.dtype, size: int | None = None,
+                start: int = 0) -> Iterator[np.ndarray]:
     """The whole records of the log at ``path`` (its first ``size`` bytes; None: as it is
-    now), oldest first, a bounded chunk at a time: a reader that writes nothing, beside
-    a writer (a record the writer is appending is not whole yet, and not read)."""
+    now; from byte ``start``, a record boundary), oldest first, a bounded chunk at a
+    time: a reader that writes nothing, beside a writer (a record the writer is
+    appending is not whole yet, and not read)."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
@@ -90,7 +92,8 @@ def read_chunks(path: str, dtype: np.dtype, size: int | None = None) -> Iterator
         total = os.fstat(f.fileno()).st_size if size is None else size
         whole = total - total % dtype.itemsize
         step = _CHUNK * dtype.itemsize
-        done = 0
+        done = start
+        f.seek(start)
         while done < whole:
             want = min(step, whole - done)
             data = f.read(want)

@@ -18,6 +18,7 @@ from crawl_helpers import (
     cli_args,
     fetched_urls,
     page_refetches,
+    records,
     run_crawl,
     shard_paths,
     start_cli,
@@ -27,6 +28,7 @@ from crawl_helpers import (
 import kvstore
 from crawler.cli import main
 from crawler.state import compaction
+from crawler.state.retry import Selection, requeue
 from tools.testweb import TestWeb
 
 MakeWeb = Callable[..., TestWeb]
@@ -117,6 +119,11 @@ def test_a_running_crawl_compacts_when_asked_and_ends_at_the_oracle(
         assert not compaction.asked(str(shard))
     assert fetched_urls(data) == set(web.oracle.crawl().fetched)
     assert not page_refetches(web)
+    # the outcome log was carried over each new generation: a dry run reads no record
+    # but the robots_* ones (their robots.txt origin is in the URL)
+    dry = requeue(str(data), Selection(), dry_run=True)
+    robots = sum(n for k, n in dry.counts.items() if k.startswith("robots_"))
+    assert dry.from_log == len(records(data)) and dry.heads_read == robots
 
 
 def test_a_request_the_run_did_not_reach_is_done_by_the_next_run(

@@ -171,3 +171,49 @@ def test_a_real_run_reads_every_record_the_log_does_not_stand_for(
     after = requeue(str(data), Selection(), dry_run=True)  # the real run logged the three
     robots = sum(n for k, n in after.counts.items() if k.startswith("robots_"))
     assert after.heads_read == robots
+
+
+def test_crawler_compact_carries_the_log_over_the_new_generation(data: Path) -> None:
+    """``crawler compact`` (a new MainDB generation, every version new) rewrites the log
+    with each row's new version: the next dry run still reads no record."""
+    from crawler.cli import main as crawler_main
+
+    before = requeue(str(data), Selection(), dry_run=True)
+    with kvstore.open(data / "main", readonly=True) as main:
+        live, generation = len(main), main.versions()[0]
+    assert crawler_main(["compact", str(data)]) == 0
+    with kvstore.open(data / "main", readonly=True) as main:
+        assert main.versions()[0] == generation + 1
+    after = requeue(str(data), Selection(), dry_run=True)
+    assert said(after) == said(before)
+    robots = sum(n for k, n in after.counts.items() if k.startswith("robots_"))
+    assert (after.from_log, after.heads_read) == (live, robots)
+    assert len(log_rows(data)) == live  # rewritten: one row a record, no dead rows
+    assert not list(data.glob("*.tmp"))
+
+
+def test_a_remap_keeps_the_last_row_of_a_key_logged_during_the_compaction(data: Path) -> None:
+    """A record rewritten while the compaction ran (logged past the carried size): its
+    carried row describes the old record and must not stand for the new one."""
+    from crawler.state.outcomelog import OutcomeLog, carry
+    from crawler.state.pages import PageRecord
+
+    with kvstore.open(data / "main") as main:
+        carried, size = carry(str(data), main)
+        key = next(iter(main))
+        old = decode_page(main[key], with_body=False)
+        main.compact()
+        new = dataclasses.replace(old, status=418, reason="", truncated="")
+        assert isinstance(new, PageRecord)
+        main[key] = main[key]  # a rewrite of the record: a new version
+        outcomes = OutcomeLog(str(data))
+        outcomes.note(main, [key], [new])  # what the committer logs with a put
+        outcomes.write()
+        kept = outcomes.remap(main, carried, size)
+        outcomes.close()
+        live = len(main)
+        covered = kvstore.KeySet()
+        rows = {k.tobytes(): f for keys, facts in standing(str(data), main, covered)
+                for k, f in zip(keys, facts, strict=True)}
+    assert kept == live == len(rows)
+    assert int(rows[key]["status"]) == 418  # the row logged since, not the carried one
