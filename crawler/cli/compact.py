@@ -32,8 +32,8 @@ def add_parsers(sub: Any) -> None:
         description="Compacts every shard's MainDB (page records: revisits and rewrites "
         "leave the old record dead, retry leaves deletions) and PendDB. A shard no run "
         "holds is compacted here; a running one is asked, and its crawl compacts while it "
-        "goes on fetching. Needs free disk for a copy of the live records. The next dry "
-        "run of retry or recrawl reads every record's head once (docs/RETRY.md).",
+        "goes on fetching. Shards go one at a time; each needs free disk for a copy of "
+        "its live records. See docs/CRAWLING.md, \"Compacting the stores\".",
         epilog="example: python -m crawler compact data",
     )
     p.add_argument("data", metavar="DIR", help="crawl data directory")
