@@ -335,6 +335,7 @@ def every_command(data: Path, url: str, out: Path) -> dict[str, list[str]]:
         "search": ["search", d, "granite"],
         "move-shard": ["move-shard", d, "0", "198.18.0.12"],
         "reshard": ["reshard", d, "--shards", "2"],
+        "compact": ["compact", d],
     }
 
 
