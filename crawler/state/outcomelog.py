@@ -209,6 +209,15 @@ def standing(data_dir: str, main: kvstore.Store, covered: kvstore.KeySet,
         yield keys, facts
 
 
+def uncovered(main: kvstore.Store, covered: kvstore.KeySet) -> np.ndarray:
+    """The live keys of ``main`` not in ``covered`` (those no standing log row stood
+    for), as an (n, 16) uint8 array in file order: reading their records is one sweep."""
+    _, keys, versions = main.versions()
+    missing = ~covered.contains_many(keys) if len(covered) else np.ones(len(keys), bool)
+    order: np.ndarray = keys[missing][np.argsort(versions[missing], kind="stable")]
+    return order
+
+
 def carry(data_dir: str, main: kvstore.Store) -> tuple[str, int]:
     """Before a compaction of ``main``: the log's rows that stand now, copied to a file
     beside it, and the log's size when they were read (every row past it was logged

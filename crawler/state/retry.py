@@ -81,7 +81,7 @@ from ..exceptions import CrawlerError, DataDirError, URLError
 from ..web.urls import host_key, host_of, parse, url_key
 from .badhosts import BAD_HOSTS_NAME
 from .frontier import DEFAULT_BULK_SIZE
-from .outcomelog import OutcomeLog, hosts_u64, standing, words
+from .outcomelog import OutcomeLog, hosts_u64, standing, uncovered, words
 from .pages import PageRecord, Pending, decode_bulk, encode_bulk, read_page_head
 from .robotsstore import ROBOTS_STORE_NAME, store_key
 from .shards import shard_dirs
@@ -304,10 +304,7 @@ def _requeue_shard(shard: _Shard, selection: Selection, report: RetryReport, chu
             state.read([k.tobytes() for k in keys[robots]], heal=False)
             _count_rows(shard, keys[~robots], facts[~robots], report, state.cleared)
     if len(covered) < live:  # records the log does not stand for: read their heads
-        _, keys, versions = main.versions()
-        missing = ~covered.contains_many(keys) if len(covered) else np.ones(len(keys), bool)
-        order = np.argsort(versions[missing], kind="stable")  # file order: one sweep
-        state.read([k.tobytes() for k in keys[missing][order]], heal=True)
+        state.read([k.tobytes() for k in uncovered(main, covered)], heal=True)
     state.finish()
     if not shard.readonly:
         main.sync()

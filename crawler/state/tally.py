@@ -61,7 +61,7 @@ from ..exceptions import CrawlerError, DataDirError
 from ..outcomes import outcome_key
 from .admission import keys_array
 from .jsonfile import read_json
-from .outcomelog import standing, words
+from .outcomelog import standing, uncovered, words
 from .pages import PageRecord, decode_page, read_page_head
 
 log = logging.getLogger(__name__)
@@ -214,9 +214,7 @@ def recount(data_dir: str, main: kvstore.Store, max_heads: int | None = None
     if len(main) - len(covered) > max_heads:
         return None
     if len(covered) < len(main):
-        _, keys, versions = main.versions()
-        missing = ~covered.contains_many(keys) if len(covered) else np.ones(len(keys), bool)
-        for key in keys[missing][np.argsort(versions[missing], kind="stable")]:
+        for key in uncovered(main, covered):
             try:
                 page = read_page_head(partial(main.get_prefix, key.tobytes()))
             except (kvstore.exceptions.KVStoreError, CrawlerError, ValueError,
