@@ -64,6 +64,7 @@ class _RayShard(ShardTally):
     down_since: float | None = None
     logged_down: float | None = None  # when this outage was last logged
     recreated: bool = False  # its actor was created again by the driver (a lost node)
+    node_ref: str | None = None  # the Ray node id its actor was last created on
 
     def is_down(self, now: float) -> bool:
         """It did not answer (or has no actor): whether to log that now. The first
@@ -178,6 +179,7 @@ class RayDriver(Overview):
             return
         if self.names[s.index] in ray.util.list_named_actors():
             return  # the dead one's name is not released yet
+        s.node_ref = node
         try:
             s.actor = self._actor_class.options(
                 name=self.names[s.index],
@@ -270,6 +272,8 @@ class RayDriver(Overview):
                 self._log_down(s, now, type(exc).__name__)
                 if self._gone(s):
                     s.actor = None  # created again once its node is there
+                    if self._crashed_for_good(s):
+                        continue
                     log.warning("shard %d: Ray let go of its actor (its node %s is lost or "
                                 "it crashed for good); it is created again on that node",
                                 s.index, s.node)
@@ -281,6 +285,23 @@ class RayDriver(Overview):
             self._evaluate()
         else:
             self._round = None
+
+    def _crashed_for_good(self, s: _RayShard) -> bool:
+        """Ray let go of ``s``'s actor while the node it ran on is still alive: not a lost
+        node but an actor that failed in its constructor or used up its restarts (a bug
+        or a broken directory that would fail again). The crawl stops, saying so, rather
+        than create it again and again."""
+        try:
+            alive = {n["NodeID"] for n in alive_nodes()}
+        except Exception:  # noqa: BLE001 - the cluster itself is unreachable: not a verdict
+            return False
+        if s.node_ref is None or s.node_ref not in alive:
+            return False
+        s.exited = True
+        self._fail(f"shard {s.index}: its actor failed for good on its node {s.node}, "
+                   f"which is alive (an error in its start, or more than {MAX_RESTARTS} "
+                   "crashes: see the log above)")
+        return True
 
     def _gone(self, s: _RayShard) -> bool:
         """Whether Ray gave up on ``s``'s actor (no restart left, or its node lost)."""

@@ -102,9 +102,10 @@ class ShardRunner:
         self.engine = _open_engine(cfg, place, leftover_wait)
         try:
             self.engine.add_seeds(list(seeds))
-            outbox = self.engine.frontier.outbox
-            assert outbox is not None, "a shard of one has nothing to exchange"
-            self.forwarder = Forwarder(outbox, exchange, linger=linger_for(place.count))
+            outbox = self.engine.frontier.outbox  # None for the one shard of a crawl
+            # (a Ray crawl of --shards 1): it has no other shard to send links to
+            self.forwarder = (None if outbox is None else
+                              Forwarder(outbox, exchange, linger=linger_for(place.count)))
             self.received_batches = 0
             self.received_urls = 0
             self._counts_lock = threading.Lock()
@@ -125,11 +126,13 @@ class ShardRunner:
 
     def run(self) -> bool:
         """Crawl until :meth:`finish` (True) or a stop / the page limit (False)."""
-        self.forwarder.start()
+        if self.forwarder is not None:
+            self.forwarder.start()
         return self.engine.run(before_close=self._close_exchange)
 
     def _close_exchange(self) -> None:
-        self.forwarder.stop()
+        if self.forwarder is not None:
+            self.forwarder.stop()
         self.exchange.close()
 
     def report(self) -> dict[str, Any]:
@@ -139,15 +142,16 @@ class ShardRunner:
         # activity first: a commit between the two reads then shows as activity
         activity = e.frontier.commits
         snap = e.reporter.snapshot()
+        sent = self.forwarder
         snap.update(
             idle=e.idle(),
             activity=activity,
             limit=e.limit_reached,
-            sent_batches=self.forwarder.sent_batches,
-            sent_urls=self.forwarder.sent_urls,
+            sent_batches=0 if sent is None else sent.sent_batches,
+            sent_urls=0 if sent is None else sent.sent_urls,
             received_batches=self.received_batches,
             received_urls=self.received_urls,
-            send_failures=self.forwarder.failures,
+            send_failures=0 if sent is None else sent.failures,
         )
         return snap
 

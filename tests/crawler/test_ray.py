@@ -312,6 +312,58 @@ def test_a_shard_that_cannot_open_its_directory_fails_the_crawl_and_is_not_resta
     assert status_json(data)["running"] is False
 
 
+def test_one_shard_on_ray_crawls_the_site_with_nothing_to_exchange(
+    make_testweb: MakeWeb, tmp_path: Path, ray_head: tuple[str, dict[str, str]]
+) -> None:
+    # --shards 1: its one actor has no other shard to send links to (it crashed in its
+    # constructor, and the driver created it again forever, before)
+    web = make_testweb(pages=150, hosts=3, seed=4, crawl_delay=0.02)
+    want = web.oracle.crawl()
+    data = tmp_path / "c"
+    address, env = ray_head
+    done = subprocess.run(ray_args(web, data, address, 1, "--per-host", "1"), cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = summary(done.stdout)
+    assert got["complete"] is True and got["shards"] == 1
+    assert fetched_urls(data) == set(want.fetched)
+    assert not web.log.duplicates()
+    assert json.loads((data / "ray.json").read_text())["nodes"] == ["127.0.0.1"]
+    assert "created again" not in done.stderr and "restarted" not in done.stderr
+
+
+# A driver whose actor class fails in its constructor with a bug (not a bad directory,
+# which the actor reports itself): Ray lets go of it on a node that is alive.
+BROKEN_ACTOR = r"""
+import sys
+from crawler.cli import main
+from crawler.run import raydriver
+
+class Broken(raydriver.ShardActor):  # defined in __main__: Ray ships it by value
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("a bug in the shard's start")
+
+raydriver.ShardActor = Broken
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_an_actor_that_fails_for_good_on_a_live_node_ends_the_crawl(
+    testweb: TestWeb, tmp_path: Path, ray_head: tuple[str, dict[str, str]]
+) -> None:
+    data = tmp_path / "c"
+    address, env = ray_head
+    argv = ray_args(testweb, data, address, 2)[3:]  # after python -m crawler
+    done = subprocess.run([sys.executable, "-c", BROKEN_ACTOR, *argv], cwd=REPO,
+                          env=dict(env, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 1, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("crawler: error: shard ") and "failed for good" in last, last
+    assert "created again" not in done.stderr
+    assert status_json(data)["running"] is False
+
+
 def test_ray_options_are_checked_before_anything_is_written(
     testweb: TestWeb, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
