@@ -1,5 +1,5 @@
 """Smoke tests of the scan benchmarks (tools/bench_status.py, tools/bench_headread.py,
-tools/bench_outcomelog.py): each
+tools/bench_outcomelog.py, tools/bench_commands.py): each
 runs end to end on a small synthetic crawl and reports what the crawler's own commands
 say of it."""
 
@@ -57,3 +57,23 @@ def test_bench_outcomelog_times_each_write_of_a_commit() -> None:
     rows = [line.split("\t") for line in done.stdout.splitlines()]
     assert [r[0] for r in rows] == ["put_flush_us", "outcome_log_us", "head_decode_us"]
     assert all(float(r[1].split()[1]) > 0 for r in rows)
+
+
+def test_bench_commands_runs_each_read_command_to_its_end(tmp_path: Path) -> None:
+    data = tmp_path / "crawl"
+    built = run("tools/seedscale.py", "--pages", "1200", "--pending", "800", "--data", str(data),
+                "--quiet")
+    assert built.returncode == 0, built.stderr[-3000:]
+    out = tmp_path / "result.json"
+    done = run("tools/bench_commands.py", "--data", str(data), "--work", str(tmp_path / "w"),
+               "--command", "rank", "--command", "export", "--keep", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["recorded"] == 1200 and list(result["runs"]) == ["rank", "export"]
+    for m in result["runs"].values():
+        assert m["returncode"] == 0 and not m["timed_out"]
+        assert m["wall_s"] > 0 and m["peak_rss_bytes"] > 10 << 20
+    jsonl = tmp_path / "w" / "export" / "pages.jsonl"
+    assert result["runs"]["export"]["output_bytes"] == jsonl.stat().st_size
+    assert len(jsonl.read_text().splitlines()) == 1200  # one object a page record
+    assert (data / "rank" / "rank.json").is_file()  # rank stored its ranks in the crawl
