@@ -127,15 +127,17 @@ class ServedSite:
         config: SiteConfig,
         nginx_workers: str,
         ours_env: dict[str, str] | None = None,
+        address: str = "127.0.0.1",
     ) -> None:
         self.dir = workdir / "site"
+        self.address = address  # nginx and the DNS server listen here; every host is here
         self.ours_env = ours_env or {}  # extra environment of our crawler (experiments)
         self.config = config
         self.nginx_workers = nginx_workers
         self.http_port, self.https_port = free_port(), free_port()
         self.hosts = [f"h{i}.test" for i in range(config.hosts)]
         self._nginx: subprocess.Popen[bytes] | None = None
-        self.dns = DNSServer(dict.fromkeys(self.hosts, "127.0.0.1"), host="127.0.0.1", port=0)
+        self.dns = DNSServer(dict.fromkeys(self.hosts, address), host=address, port=0)
 
     def __enter__(self) -> ServedSite:
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -145,7 +147,8 @@ class ServedSite:
             )
         started = time.monotonic()
         graph = Graph(self.config)
-        conf = export(graph, self.dir, http_port=self.http_port, https_port=self.https_port)
+        conf = export(graph, self.dir, http_port=self.http_port, https_port=self.https_port,
+                      address=self.address)
         text = conf.read_text().replace(
             "worker_processes auto;", f"worker_processes {self.nginx_workers};"
         )
@@ -165,7 +168,7 @@ class ServedSite:
         self.seed_url = site.seed_url
         self.oracle = Oracle(site).crawl(obey_robots=True)
         log(
-            f"nginx on 127.0.0.1:{self.http_port}/{self.https_port}, dns {self.dns.address}; "
+            f"nginx on {self.address}:{self.http_port}/{self.https_port}, dns {self.dns.address}; "
             f"oracle: {len(self.oracle.fetched)} URLs"
         )
         return self
@@ -177,7 +180,7 @@ class ServedSite:
             if self._nginx.poll() is not None:
                 raise SystemExit(f"bench_crawl: nginx exited ({self._nginx.returncode})")
             try:
-                socket.create_connection(("127.0.0.1", self.http_port), timeout=1).close()
+                socket.create_connection((self.address, self.http_port), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.05)

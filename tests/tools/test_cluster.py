@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -55,3 +56,26 @@ def test_nodes_have_their_own_disk_and_down_all_removes_what_a_crashed_run_left(
     assert f"kvc-{cluster.id}" not in netns and f"kvc{cluster.id}" not in links
     assert not os.path.exists(cluster.base) and token_pids(cluster.token) == []
     cluster.down()  # and down is idempotent: nothing left to remove is no error
+
+
+def test_bench_cluster_counts_the_exchange_and_the_bytes_between_nodes(tmp_path: Path) -> None:
+    why = refused()
+    if why is not None:
+        pytest.skip(f"{NAMESPACES}: {why}")
+    out = tmp_path / "result.json"
+    done = subprocess.run(
+        [sys.executable, "tools/bench_cluster.py", "--nodes", "2", "--no-baseline", "--pages",
+         "400", "--hosts", "6", "--idle", "1", "--workdir", str(tmp_path / "w"), "--out", str(out)],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["nodes"] == 2 and run["complete"] is True
+    assert run["fetched"] == run["oracle_pages"]  # the whole site, over both nodes
+    # links went to other shards and each was received once (3 shards, 6 hosts)
+    assert run["links_sent"] > 0 and run["links_received"] == run["links_sent"]
+    assert run["cpu_by_role"]["shard actors"] > 0 and run["cpu_by_role"]["driver"] > 0
+    # the nodes sent each other bytes, and what one sent the other received (the nodes'
+    # counters are read one after the other: Ray's heartbeats may fall between)
+    sent, received = run["peer_bytes"]["sent"], run["peer_bytes"]["received"]
+    assert sent > 0 and abs(sent - received) < 0.1 * sent
+    assert run["peer_bytes_per_link"] is not None and run["peer_bytes_per_link"] > 0
