@@ -26,6 +26,7 @@ import numpy as np
 import kvstore
 
 from ..outcomes import outcome_key
+from ..state.admission import keys_array
 from ..state.pages import decode_bulk
 from ..state.tally import Tally, shard_stamp, stale_reason, write_counts
 from ..web.urls import url_key
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 LIVE_WAIT = 0.5  # seconds a running shard's counters are read again while behind its stores
 _LIVE_PAUSE = 0.002
+_PENDING_BATCH = 1 << 16  # pending URLs looked up at once by a scan
 RECOUNT = "--recount"
 
 
@@ -113,14 +115,31 @@ def _stamp(d: str) -> dict[str, list[int] | None] | None:
 
 
 def _pending(d: str, main: kvstore.Store | None) -> tuple[int, int]:
-    """(live PendDB bulks, URLs in them without a record) of one shard."""
+    """(live PendDB bulks, URLs in them without a record) of one shard. A URL in two
+    bulks counts once: the URLs seen are kept as their 16-byte keys (a KeySet: ~40 B a
+    URL, where a set of the URLs themselves held 4.9 GB at 27.6M pending)."""
     path = os.path.join(d, "pend")
     if not os.path.isdir(path):
         return 0, 0
+    seen = kvstore.KeySet()
+    pending = 0
+    batch: list[bytes] = []
+
+    def count(batch: list[bytes]) -> int:
+        keys = keys_array(batch)
+        _, first = np.unique(keys.view("V16").ravel(), return_index=True)
+        keys = keys[first]
+        keys = keys[~seen.contains_many(keys)]
+        seen.add_many(keys)
+        if main is not None:
+            keys = keys[~main.contains_many(keys)]
+        return len(keys)
+
     with kvstore.open(path, readonly=True) as pend:
-        urls = {e.url for bk in pend for e in decode_bulk(pend[bk])}
         bulks = len(pend)
-    if not urls or main is None:
-        return bulks, len(urls)
-    keys = np.frombuffer(b"".join(url_key(u) for u in urls), dtype=np.uint8).reshape(-1, 16)
-    return bulks, int((~main.contains_many(keys)).sum())
+        for bk in pend:
+            batch += [url_key(e.url) for e in decode_bulk(pend[bk])]
+            if len(batch) >= _PENDING_BATCH:
+                pending += count(batch)
+                batch = []
+    return bulks, pending + (count(batch) if batch else 0)

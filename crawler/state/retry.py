@@ -79,6 +79,7 @@ import kvstore
 from .. import outcomes
 from ..exceptions import CrawlerError, DataDirError, URLError
 from ..web.urls import host_key, host_of, parse, url_key
+from .admission import keys_array
 from .badhosts import BAD_HOSTS_NAME
 from .frontier import DEFAULT_BULK_SIZE
 from .outcomelog import OutcomeLog, hosts_u64, standing, uncovered, words
@@ -189,10 +190,6 @@ def _bulk_key(counter: int) -> bytes:
     return counter.to_bytes(16, "big")  # PendDB's key: a counter, as the frontier writes it
 
 
-def _keys_array(keys: list[bytes]) -> np.ndarray:
-    return np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, 16)
-
-
 class _Shard:
     """One shard's MainDB, PendDB and BadHosts, open for the retry."""
 
@@ -220,7 +217,7 @@ class _Shard:
                     top = max(top, int.from_bytes(bk, "big"))
                     keys = [url_key(e.url) for e in decode_bulk(self.pend[bk])]
                     if keys:
-                        self.live.add_many(_keys_array(keys))
+                        self.live.add_many(keys_array(keys))
                 self.counter = top + 1
             if not readonly:  # our locks keep the committer out: the counters hold still
                 self.tally = stale_reason(data_dir)[0]
@@ -408,7 +405,7 @@ def _write_chunk(shard: _Shard, batch: list[tuple[bytes, PageRecord]], report: R
                  cleared: set[bytes]) -> None:
     """One chunk, in the crash-safe order: bulks, BadHosts, records."""
     keys = [k for k, _ in batch]
-    known = shard.live.contains_many(_keys_array(keys)).tolist()
+    known = shard.live.contains_many(keys_array(keys)).tolist()
     entries = [Pending(page.url, page.depth) for (_, page), live in zip(batch, known, strict=True)
                if not live]
     report.already_pending += len(batch) - len(entries)
@@ -436,7 +433,7 @@ def _write_chunk(shard: _Shard, batch: list[tuple[bytes, PageRecord]], report: R
         values = [encode_bulk(entries[i : i + size]) for i in range(0, len(entries), size)]
         shard.pend.put_many(bulk_keys, values)
         shard.pend.sync()
-        shard.live.add_many(_keys_array([k for (k, _), live in zip(batch, known, strict=True)
+        shard.live.add_many(keys_array([k for (k, _), live in zip(batch, known, strict=True)
                                          if not live]))
     if to_clear:  # 2. their hosts, no longer bad
         for h in to_clear:

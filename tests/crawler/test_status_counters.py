@@ -358,3 +358,26 @@ def test_counters_counted_around_a_torn_tail_hold_after_the_open_cuts_it(
     Frontier(str(data)).close()  # cuts the tail
     assert (key_file.stat().st_size, val_file.stat().st_size) < sizes
     from_counters(data, capsys)
+
+
+@pytest.mark.parametrize("batch", [2, 1 << 16])
+def test_a_scan_counts_a_pending_url_once_and_none_with_a_record(
+    crawled: Path, tmp_path: Path, capsys: Capsys, monkeypatch: pytest.MonkeyPatch,
+    batch: int,
+) -> None:
+    from crawler.read import counting
+    from crawler.state.pages import Pending, decode_page, encode_bulk
+
+    data = tmp_path / "crawl"
+    shutil.copytree(crawled, data)
+    with kvstore.open(str(data / "main"), readonly=True) as db:
+        recorded = decode_page(db[next(iter(db))], with_body=False).url
+    new_a, new_b = "http://elsewhere.test/a", "http://elsewhere.test/b"
+    with kvstore.open(str(data / "pend")) as pend:  # as a requeue or a crash may leave them
+        before = len(pend)
+        for i, urls in enumerate([[recorded, new_a], [new_a, new_b, new_a], [recorded]]):
+            pend[(10**9 + i).to_bytes(16, "big")] = encode_bulk([Pending(u) for u in urls])
+    monkeypatch.setattr(counting, "_PENDING_BATCH", batch)  # lookups across batches too
+    info = status(data, capsys, "--recount")
+    assert info["pending_bulks"] == before + 3
+    assert info["pending"] == 2  # new_a and new_b; the recorded URL is not pending
