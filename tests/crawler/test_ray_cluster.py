@@ -22,7 +22,7 @@ from cluster_helpers import (
     ray_cluster,  # noqa: F401 - the fixture
     shard_path,
 )
-from crawl_helpers import REPO
+from crawl_helpers import REPO, page_refetches
 from test_ray import open_during, ray_args, refetches_by_shard
 from test_shards import answered, summary, tail, wait_until
 
@@ -41,7 +41,7 @@ HOSTS = 14  # the fewest h0.test... that give each of the 6 shards a host
 
 
 def start(cluster: Cluster, web: TestWeb, rel: str, log: Path,
-          *extra: str) -> subprocess.Popen[bytes]:
+          *extra: str, shards: int = SHARDS) -> subprocess.Popen[bytes]:
     """The crawl's driver, on the head node (a Ray driver attaches to its node's raylet),
     its DIR the cluster's mount/``rel`` (on every node: that node's own root)."""
     # Every timeout 60 s: on two loaded cores 6 shards, 3 Ray nodes and the test web (its
@@ -49,7 +49,7 @@ def start(cluster: Cluster, web: TestWeb, rel: str, log: Path,
     # timeout is retried (a refetch) or, for a lookup or a connect, marks the host bad
     # and records its pages bad_host (seen in CI: 6 actors starting at once starved the
     # DNS server past the 10 s default)
-    args = ray_args(web, Path(cluster.mount, rel), cluster.head_address, SHARDS,
+    args = ray_args(web, Path(cluster.mount, rel), cluster.head_address, shards,
                     "--threads", str(THREADS), "--status-interval", "0.2", "--timeout", "60",
                     "--connect-timeout", "60", "--read-timeout", "60", "--dns-timeout", "60",
                     *extra)
@@ -253,3 +253,51 @@ def test_a_node_that_never_comes_back_is_replaced_with_move_shard(
         assert all(refetched.get(s, 0) == 0 for s in range(SHARDS) if s not in gone), refetched
     finally:
         cluster.start_node(lost)  # for the module's other tests
+
+
+def test_a_crawl_over_three_nodes_is_resharded_and_resumes_on_them(
+    make_testweb: MakeWeb, tmp_path: Path, ray_cluster: Cluster,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/SHARDS.md's way for a crawl of several nodes: every shard directory gathered
+    on one machine, ``reshard`` there, each new shard copied to the node the new ray.json
+    names; the resumed crawl ends == oracle, no page fetched twice."""
+    cluster = ray_cluster
+    web = make_testweb(pages=500, hosts=HOSTS, seed=17, crawl_delay=0.0,
+                       address=cluster.gateway)
+    want = set(web.oracle.crawl().fetched)
+    log = tmp_path / "crawl.log"
+    proc = start(cluster, web, "resharded", log, "--max-pages", "150")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, tail(log)
+    assert summary(out.decode())["complete"] is False
+    # gathered: the driver's top-level files, and each shard from its own node's disk
+    gathered = tmp_path / "gathered"
+    shutil.copytree(Path(cluster.nodes[0].root, "resharded"), gathered,
+                    ignore=shutil.ignore_patterns("shard-*"))
+    for i in range(SHARDS):
+        shutil.copytree(shard_path(cluster, "resharded", i, SHARDS), gathered / f"shard-{i:02d}")
+    capsys.readouterr()
+    assert main(["reshard", str(gathered), "--shards", "3"]) == 0
+    said = capsys.readouterr().out
+    nodes = json.loads((gathered / "ray.json").read_text())["nodes"]
+    assert sorted(nodes) == sorted(n.address for n in cluster.nodes)  # one new shard a node
+    for i, address in enumerate(nodes):
+        assert f"shard-{i:02d}" in said and address in said  # the command says where
+    # placed: every node's old shards gone, the top-level files everywhere, each new
+    # shard on its node only
+    for n in cluster.nodes:
+        mine = Path(n.root, "resharded")
+        shutil.rmtree(mine)
+        shutil.copytree(gathered, mine, ignore=shutil.ignore_patterns("shard-*"))
+        for i, address in enumerate(nodes):
+            if address == n.address:
+                shutil.copytree(gathered / f"shard-{i:02d}", mine / f"shard-{i:02d}")
+    proc = start(cluster, web, "resharded", log, shards=3)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, tail(log)
+    got = summary(out.decode())
+    assert got["complete"] is True and got["shards"] == 3
+    assert cluster_fetched(cluster, "resharded", 3) == want
+    assert page_refetches(web) == {}
+    assert placement(cluster, "resharded") == nodes
