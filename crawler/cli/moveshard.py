@@ -23,6 +23,7 @@ from ..state.shards import (
     PLACEMENT_NAME,
     crawl_count,
     placement_of,
+    read_started,
     shard_dir,
     write_placement,
 )
@@ -68,7 +69,7 @@ def cmd_move_shard(args: argparse.Namespace) -> int:
             print(f"move-shard {data}: shard {args.shard} is already on {node}")
             return 0
         nodes[args.shard] = node
-        write_placement(data, nodes)
+        write_placement(data, nodes, read_started(data, count))  # its copy is there
     finally:
         os.close(lock)
     print(f"move-shard {data}: shard {args.shard} moved from {old} to {node}; the next "

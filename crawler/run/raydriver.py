@@ -41,7 +41,13 @@ from typing import Any
 from ..config import CrawlerConfig
 from ..exceptions import CrawlerError
 from ..net.raycluster import alive_nodes, connect, node_id, pinned, shutdown
-from ..state.shards import place, placement_of, write_placement
+from ..state.shards import (
+    PLACEMENT_NAME,
+    place,
+    placement_of,
+    read_started,
+    write_placement,
+)
 from .overview import Overview, Round, ShardTally, Summary, quiescent
 from .rayshard import ShardActor, actor_name
 from .supervisor import PROBE_INTERVAL, ROUND_TIMEOUT, take_lock
@@ -128,6 +134,7 @@ class RayDriver(Overview):
         self._stop_sent = False
         self._finishing = False
         self._error: str | None = None
+        self._ran_here: list[bool] = [False] * count  # ray.json's "started", once placed
         self._limit = False
         self._round: Round | None = None
         self._lock_fd = take_lock(self.data_dir)
@@ -165,9 +172,21 @@ class RayDriver(Overview):
         nodes = placement_of(self.data_dir, self.count)  # DataDirError: damaged, or not ours
         if nodes is None:
             nodes = place(self.count, [n["NodeManagerAddress"] for n in alive_nodes()])
-            write_placement(self.data_dir, nodes)
+            write_placement(self.data_dir, nodes, [False] * self.count)
+        self._ran_here = read_started(self.data_dir, self.count)
         for s, node in zip(self.shards, nodes, strict=True):
             s.node = node
+
+    def _ran(self, s: _RayShard) -> None:
+        """Shard ``s`` answered: recorded in ray.json as having run on its node (once),
+        so that a later start never creates it empty there (docs/SHARDS.md)."""
+        if self._ran_here[s.index]:
+            return
+        self._ran_here[s.index] = True
+        try:
+            write_placement(self.data_dir, [x.node for x in self.shards], self._ran_here)
+        except OSError as exc:  # the guard is lost for this run only: the crawl goes on
+            log.warning("%s not updated: %s", PLACEMENT_NAME, exc)
 
     def _create(self, s: _RayShard, now: float) -> None:
         """Create shard ``s``'s actor on its node, if that node is alive."""
@@ -188,7 +207,8 @@ class RayDriver(Overview):
                 max_concurrency=MAX_CONCURRENCY,
                 num_cpus=0,  # a shard is threads waiting on the network; never unschedulable
                 scheduling_strategy=pinned(node),
-            ).remote(self.config, s.index, self.count, self.names, self.seeds, self.log_level)
+            ).remote(self.config, s.index, self.count, self.names, self.seeds, self.log_level,
+                     self._ran_here[s.index])
         except ValueError as exc:  # the name is still taken (Ray has not let go of it)
             self._log_down(s, now, str(exc))
             return
@@ -313,6 +333,8 @@ class RayDriver(Overview):
             return False
 
     def _take(self, s: _RayShard, got: dict[str, Any]) -> None:
+        if got["error"] is None:  # its constructor opened (or made) the shard's directory
+            self._ran(s)
         if s.new_incarnation(got["token"]):
             if s.recreated:
                 s.recreated = False

@@ -46,9 +46,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import CrawlerConfig
-from ..exceptions import CrawlerError, ExchangeError
+from ..exceptions import CrawlerError, DataDirError, ExchangeError
 from ..net.raycluster import NAMESPACE
-from ..state.shards import ShardPlace, open_layout
+from ..state.shards import ShardPlace, open_layout, shard_dir
 from .exchange import DEFAULT_TIMEOUT, Admit, LinkExchange
 from .shard import EXIT_CRASHED, ShardRunner
 
@@ -150,6 +150,18 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
+def _must_be_here(directory: str, index: int) -> None:
+    import ray
+
+    if os.path.isdir(os.path.join(directory, "main")):
+        return
+    node = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    raise DataDirError(
+        f"{directory} is not on this node ({node}), where ray.json says shard {index} "
+        "ran: copy its directory here (docs/SHARDS.md), or point ray.json at the node "
+        "that has it (move-shard); started empty it would lose its pages and pending URLs")
+
+
 class ShardActor:
     """Shard ``index`` of ``count`` of the crawl ``config`` describes (``config.data_dir``:
     the crawl's top directory, the same path on every node)."""
@@ -162,7 +174,11 @@ class ShardActor:
         names: Sequence[str],
         seeds: Sequence[str],
         log_level: int = logging.INFO,
+        ran_here: bool = False,
     ) -> None:
+        """``ran_here``: ray.json records that this shard has run on its node, so its
+        directory must be here (a forgotten copy after a reshard or move-shard would
+        otherwise start it empty, losing its pages and pending URLs)."""
         place = ShardPlace(index, count)
         logging.basicConfig(
             level=log_level,
@@ -177,6 +193,8 @@ class ShardActor:
         try:
             # this node's copy of the layout: pages/export on this node read it
             open_layout(config.data_dir, count)
+            if ran_here:
+                _must_be_here(shard_dir(config.data_dir, index, count), index)
             self.runner = ShardRunner(config, place, self.exchange, seeds)
         except (CrawlerError, OSError) as exc:  # a bad directory: say it, do not crash-loop
             log.error("shard %d: %s", index, exc)

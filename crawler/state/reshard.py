@@ -244,7 +244,8 @@ def _swap(data_dir: str, plan: dict[str, Any], checkpoint: _Checkpoints) -> None
             set_aside(os.path.join(data_dir, name), "top-" + name)
     write_count(data_dir, new)
     if plan.get("nodes"):
-        write_placement(data_dir, plan["nodes"])
+        # every new shard was written here: copied to its node, it must be found there
+        write_placement(data_dir, plan["nodes"], [True] * new)
     fsync_path(data_dir)
     checkpoint("swapped")
     shutil.rmtree(aside)

@@ -127,11 +127,28 @@ def place(count: int, nodes: list[str]) -> list[str]:
     return [distinct[i % len(distinct)] for i in range(count)]
 
 
-def write_placement(data_dir: str, nodes: list[str]) -> None:
-    """Record each shard's Ray node in ``ray.json``, atomically and durably: a reader
-    (or a crash) sees the old placement or the new one, never a mix."""
+def read_started(data_dir: str, count: int) -> list[bool]:
+    """Which shards of a crawl on Ray have run on their node (``ray.json``'s
+    ``started``): such a shard's directory must be there on its next start, never
+    created empty. All False when ray.json does not say (none, or an older one)."""
+    try:
+        doc = read_json(os.path.join(data_dir, PLACEMENT_NAME), "a Ray placement",
+                        "fix it: it names the Ray node that holds each shard's files")
+    except FileNotFoundError:
+        return [False] * count
+    started = doc.get("started") if isinstance(doc, dict) else None
+    if isinstance(started, list) and len(started) == count and all(
+            isinstance(x, bool) for x in started):
+        return started
+    return [False] * count
+
+
+def write_placement(data_dir: str, nodes: list[str], started: list[bool]) -> None:
+    """Record each shard's Ray node in ``ray.json``, and whether it has run there,
+    atomically and durably: a reader (or a crash) sees the old placement or the new
+    one, never a mix."""
     path = os.path.join(data_dir, PLACEMENT_NAME)
-    write_json(path, {"format": 1, "nodes": nodes})
+    write_json(path, {"format": 1, "nodes": nodes, "started": started})
 
 
 def _refuse_half_reshard(data_dir: str) -> None:

@@ -21,7 +21,7 @@ def ray_crawl(tmp_path: Path) -> Path:
     data = tmp_path / "crawl"
     data.mkdir()
     (data / "shards.json").write_text('{"format": 1, "shards": 3}\n')
-    write_placement(str(data), list(NODES))
+    write_placement(str(data), list(NODES), [True, False, True])
     return data
 
 
@@ -43,6 +43,8 @@ def test_the_shard_is_recorded_on_its_new_node_and_no_other_moves(
 ) -> None:
     assert main(["move-shard", str(ray_crawl), "1", "198.18.0.21"]) == 0
     assert nodes(ray_crawl) == [NODES[0], "198.18.0.21", NODES[2]]
+    # which shards have run is kept: a moved shard that ran must be found on its new node
+    assert json.loads((ray_crawl / "ray.json").read_text())["started"] == [True, False, True]
     out = capsys.readouterr().out
     assert "shard 1 moved from 198.18.0.12 to 198.18.0.21" in out
     assert str(ray_crawl / "shard-01") in out
@@ -107,7 +109,7 @@ def test_a_crawl_that_never_ran_on_ray_has_nothing_to_move(
 def test_a_placement_of_another_shard_count_is_refused(
     ray_crawl: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_placement(str(ray_crawl), NODES[:2])
+    write_placement(str(ray_crawl), NODES[:2], [True, True])
     assert main(["move-shard", str(ray_crawl), "1", "198.18.0.21"]) == 1
     one_line(capsys.readouterr().err, "2 shards placed, not 3")
     assert nodes(ray_crawl) == NODES[:2]

@@ -332,6 +332,32 @@ def test_one_shard_on_ray_crawls_the_site_with_nothing_to_exchange(
     assert "created again" not in done.stderr and "restarted" not in done.stderr
 
 
+def test_a_shard_that_ran_is_never_started_empty_where_its_directory_is_missing(
+    make_testweb: MakeWeb, tmp_path: Path, ray_head: tuple[str, dict[str, str]]
+) -> None:
+    # as after a reshard or a move-shard whose copy was forgotten on the shard's node
+    web = make_testweb(pages=300, hosts=6, seed=9, crawl_delay=0.0)
+    data = tmp_path / "c"
+    address, env = ray_head
+    first = subprocess.run(ray_args(web, data, address, 2, "--max-pages", "40"), cwd=REPO,
+                           env=env, capture_output=True, text=True, timeout=240)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert json.loads((data / "ray.json").read_text())["started"] == [True, True]
+    shutil.move(data / "shard-01", tmp_path / "elsewhere")
+    again = subprocess.run(ray_args(web, data, address, 2), cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=240)
+    assert again.returncode == 1, again.stderr[-3000:]
+    last = again.stderr.strip().splitlines()[-1]
+    assert last.startswith("crawler: error: shard 1: ") and "is not on this node" in last, last
+    assert not (data / "shard-01").exists()  # not made empty
+    shutil.move(tmp_path / "elsewhere", data / "shard-01")  # the copy made: it resumes
+    done = subprocess.run(ray_args(web, data, address, 2), cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert summary(done.stdout)["complete"] is True
+    assert fetched_urls(data) == set(web.oracle.crawl().fetched)
+
+
 # A driver whose actor class fails in its constructor with a bug (not a bad directory,
 # which the actor reports itself): Ray lets go of it on a node that is alive.
 BROKEN_ACTOR = r"""

@@ -40,6 +40,7 @@ from crawler.state.shards import (
     owner,
     place,
     read_placement,
+    read_started,
     write_placement,
 )
 from crawler.web.urls import host_key, host_of, parse, url_key
@@ -378,7 +379,7 @@ def test_ray_placement_is_rewritten_and_absent_shards_are_refused(
     partial: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = copy(partial, tmp_path / "ray")
-    write_placement(str(data), ["10.0.0.2", "10.0.0.1"])
+    write_placement(str(data), ["10.0.0.2", "10.0.0.1"], [True, False])
     shutil.move(data / "shard-01", tmp_path / "elsewhere")
     line = one_error_line(["reshard", str(data), "--shards", "3"], capsys)
     assert "shard(s) 1 of this Ray crawl are not on this machine" in line
@@ -388,6 +389,8 @@ def test_ray_placement_is_rewritten_and_absent_shards_are_refused(
     assert "10.0.0.1: shard-00 shard-02" in capsys.readouterr().out
     nodes = read_placement(str(data))
     assert nodes == place(3, ["10.0.0.2", "10.0.0.1"]) == ["10.0.0.1", "10.0.0.2", "10.0.0.1"]
+    # every new shard is written here: wherever it is copied, it must be found there
+    assert read_started(str(data), 3) == [True] * 3
 
 
 def test_mistakes_and_damage_are_one_line_and_change_nothing(
