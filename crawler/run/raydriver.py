@@ -294,9 +294,8 @@ class RayDriver(Overview):
                     s.actor = None  # created again once its node is there
                     if self._crashed_for_good(s):
                         continue
-                    log.warning("shard %d: Ray let go of its actor (its node %s is lost or "
-                                "it crashed for good); it is created again on that node",
-                                s.index, s.node)
+                    log.warning("shard %d: Ray let go of its actor (its node %s was "
+                                "lost); it is created again on that node", s.index, s.node)
                 continue
             s.is_up()
             self._take(s, got)

@@ -197,6 +197,45 @@ def test_a_lost_node_waits_and_its_return_resumes_its_shards_with_nothing_lost(
     print("refetches by shard:", refetched)
 
 
+def test_a_node_back_before_rays_verdict_resumes_its_shards_with_nothing_lost(
+    make_testweb: MakeWeb, tmp_path: Path, ray_cluster: Cluster,  # noqa: F811
+) -> None:
+    """A quick reboot: the node starts again (same address, same disk) at once after
+    the power cut, before Ray's health checks declared it dead. Ray lets go of the old
+    actors as the node registers again; the driver must take that for a lost node (its
+    old node id is dead), not for actors that failed for good, and create them there."""
+    cluster = ray_cluster
+    web = make_testweb(pages=1000, hosts=HOSTS, seed=19, crawl_delay=0.0,
+                       address=cluster.gateway)
+    want = set(web.oracle.crawl().fetched)
+    log = tmp_path / "crawl.log"
+    lost = 1  # node 1 holds shards 1 and 4
+    gone = {i for i in range(SHARDS) if i % len(cluster.nodes) == lost}
+    proc = start(cluster, web, "rebooted", log, "--per-host", "2")
+    try:
+        under_way(cluster, web, "rebooted", proc, log, 200)
+        t_cut = time.time()
+        cluster.kill_node(lost)
+        t_dead = time.time()
+        cluster.start_node(lost)  # back in a few seconds: Ray's verdict takes ~17
+        out, _ = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, tail(log)
+    assert summary(out.decode())["complete"] is True
+    text = log.read_text()
+    assert "failed for good" not in text
+    assert all(f"shard {i} resumed on its node" in text for i in gone)  # created there again
+    assert cluster_fetched(cluster, "rebooted", SHARDS) == want
+    assert_each_shard_on_its_node_only(cluster, "rebooted")
+    refetched = refetches_by_shard(web, SHARDS)
+    bound = open_during(web, gone, SHARDS, t_cut, t_dead) + len(gone) * THREADS
+    assert sum(refetched.get(s, 0) for s in gone) <= bound, (refetched, bound)
+    assert all(refetched.get(s, 0) == 0 for s in range(SHARDS) if s not in gone), refetched
+
+
 def test_a_node_that_never_comes_back_is_replaced_with_move_shard(
     make_testweb: MakeWeb, tmp_path: Path, ray_cluster: Cluster,  # noqa: F811
 ) -> None:
