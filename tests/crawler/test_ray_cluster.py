@@ -92,6 +92,19 @@ def under_way(cluster: Cluster, web: TestWeb, rel: str, proc: subprocess.Popen[b
     assert proc.poll() is None, f"the crawl ended before the power cut:\n{tail(log)}"
 
 
+def refetches_bounded(web: TestWeb, gone: set[int], t_cut: float,
+                      t_dead: float) -> dict[int, int]:
+    """A refetch is of a URL in flight on the lost node at the cut (or within the
+    committer's bound, the thread count, of one shard); the other shards refetched
+    nothing. Returns the refetches by shard."""
+    refetched = refetches_by_shard(web, SHARDS)
+    bound = open_during(web, gone, SHARDS, t_cut, t_dead) + len(gone) * THREADS
+    assert sum(refetched.get(s, 0) for s in gone) <= bound, (refetched, bound)
+    assert all(refetched.get(s, 0) == 0 for s in range(SHARDS) if s not in gone), (
+        refetched, repeats(web, t_cut))
+    return refetched
+
+
 def assert_each_shard_on_its_node_only(cluster: Cluster, rel: str) -> None:
     for i in range(SHARDS):
         own = shard_path(cluster, rel, i, SHARDS)
@@ -187,14 +200,7 @@ def test_a_lost_node_waits_and_its_return_resumes_its_shards_with_nothing_lost(
     # nobody fetched the lost shards' hosts while their node was down
     assert not [r for r in web.log.records() if owner(r.host, SHARDS) in gone
                 and t_dead < r.start < t_back]
-    # a refetch is of a URL in flight on the lost node at the cut (or within the
-    # committer's bound, the thread count, of one shard); the others refetched nothing
-    refetched = refetches_by_shard(web, SHARDS)
-    bound = open_during(web, gone, SHARDS, t_cut, t_dead) + len(gone) * THREADS
-    assert sum(refetched.get(s, 0) for s in gone) <= bound, (refetched, bound)
-    assert all(refetched.get(s, 0) == 0 for s in range(SHARDS) if s not in gone), (
-        refetched, repeats(web, t_cut))
-    print("refetches by shard:", refetched)
+    print("refetches by shard:", refetches_bounded(web, gone, t_cut, t_dead))
 
 
 def test_a_node_back_before_rays_verdict_resumes_its_shards_with_nothing_lost(
@@ -230,10 +236,7 @@ def test_a_node_back_before_rays_verdict_resumes_its_shards_with_nothing_lost(
     assert all(f"shard {i} resumed on its node" in text for i in gone)  # created there again
     assert cluster_fetched(cluster, "rebooted", SHARDS) == want
     assert_each_shard_on_its_node_only(cluster, "rebooted")
-    refetched = refetches_by_shard(web, SHARDS)
-    bound = open_during(web, gone, SHARDS, t_cut, t_dead) + len(gone) * THREADS
-    assert sum(refetched.get(s, 0) for s in gone) <= bound, (refetched, bound)
-    assert all(refetched.get(s, 0) == 0 for s in range(SHARDS) if s not in gone), refetched
+    refetches_bounded(web, gone, t_cut, t_dead)
 
 
 def test_a_node_that_never_comes_back_is_replaced_with_move_shard(
@@ -286,10 +289,7 @@ def test_a_node_that_never_comes_back_is_replaced_with_move_shard(
             assert len(cluster_records_of(shard_path(cluster, "moved", i, SHARDS))) >= recorded[i]
         # refetched: at most what the lost node had in flight at the cut, plus each lost
         # shard's uncommitted outcomes (the thread count); the others stopped cleanly
-        refetched = refetches_by_shard(web, SHARDS)
-        bound = open_during(web, gone, SHARDS, t_cut, t_dead) + len(gone) * THREADS
-        assert sum(refetched.get(s, 0) for s in gone) <= bound, (refetched, bound)
-        assert all(refetched.get(s, 0) == 0 for s in range(SHARDS) if s not in gone), refetched
+        refetches_bounded(web, gone, t_cut, t_dead)
     finally:
         cluster.start_node(lost)  # for the module's other tests
 
