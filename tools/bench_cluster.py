@@ -79,13 +79,14 @@ def _nft(netns: str, *argv: str, script: str | None = None) -> str:
 
 def count_peers(cluster: Cluster) -> None:
     """In each node's namespace, a counter on what it sends to the other nodes and one
-    on what it receives from them."""
+    on what it receives from them (made anew: a second set of rules would count twice)."""
     for n in cluster.nodes:
         peers = [m.address for m in cluster.nodes if m is not n]
         if not peers:
             continue
         others = "{ " + ", ".join(peers) + " }"
         _nft(n.netns, "-f", "-", script=(
+            f"table ip {TABLE}\ndelete table ip {TABLE}\n"
             f"table ip {TABLE} {{\n"
             f"  chain out {{ type filter hook output priority 0; ip daddr {others} counter; }}\n"
             f"  chain in {{ type filter hook input priority 0; ip saddr {others} counter; }}\n"
