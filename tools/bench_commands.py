@@ -52,8 +52,12 @@ def measure(name: str, data: str, work: Path, timeout: float | None) -> dict[str
     argv = [arg.format(data=data, work=scratch) for arg in COMMANDS[name]]
     bu.log(f"{name}: python -m crawler {' '.join(argv)}")
     m = bu.run_measured([sys.executable, "-m", "crawler", *argv], cwd=REPO,
-                        env=bu.child_env(), timeout=timeout, poll=0.5,
+                        env=bu.child_env(), timeout=timeout, poll=0.1,
                         stderr_path=work / f"{name}.stderr")
+    # a command over before the first poll saw its peak: ru_maxrss then (floored at this
+    # script's ~20 MB, which a fork carries over; no command uses less)
+    m["peak_rss_bytes"] = max(m["peak_rss_bytes"], m["ru_maxrss_bytes"])
+    m["tree_peak_rss_bytes"] = max(m["tree_peak_rss_bytes"], m["peak_rss_bytes"])
     m["argv"] = argv
     m["output_bytes"] = bu.disk_usage(scratch)[0]
     if m["returncode"] not in (0, None) and not m["timed_out"]:
