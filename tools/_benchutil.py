@@ -383,6 +383,15 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def crawl_summary(stdout: str) -> tuple[str, dict[str, Any]] | None:
+    """The last ``crawl ...: {json}`` line ``python -m crawler start`` printed, and its
+    JSON; None when there is none (the crawler died before its summary)."""
+    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith("crawl ")), "")
+    if not line:
+        return None
+    return line, json.loads(line.split(": ", 1)[1])
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now."""
     with socket.socket() as s:

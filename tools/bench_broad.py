@@ -232,11 +232,10 @@ def crawl(cmd: list[str], rlog: RequestLog, hosts: int, work: Path, tag: str, *,
             result["points"].append(point)
     time.sleep(LOG_FLUSH)
     rlog.update()
-    text = out.read_text()
-    line = next((ln for ln in reversed(text.splitlines()) if ln.startswith("crawl ")), "")
-    if not line or (proc.returncode != 0 and stop_at is None):
+    said = bu.crawl_summary(out.read_text())
+    if said is None or (proc.returncode != 0 and stop_at is None):
         raise bu.WorkerError(f"{tag}: crawler exited {proc.returncode}: {err.read_text()[-2000:]}")
-    summary = json.loads(line.split(": ", 1)[1])
+    line, summary = said
     result.update({
         "returncode": proc.returncode,
         "end": line.split(":", 1)[0].removeprefix("crawl "),

@@ -222,12 +222,11 @@ def crawl(cluster: Cluster, site: ServedSite, args: argparse.Namespace, shards: 
             raise
     wall = time.monotonic() - started
     after = peer_bytes(cluster)
-    line = next((ln for ln in reversed(out.read_text().splitlines())
-                 if ln.startswith("crawl ")), "")
-    if proc.returncode != 0 or not line:
+    said = bu.crawl_summary(out.read_text())
+    if proc.returncode != 0 or said is None:
         raise SystemExit(f"bench_cluster: the crawl failed ({proc.returncode}): "
                          f"{err.read_text()[-2000:]}")
-    summary = json.loads(line.split(": ", 1)[1])
+    summary = said[1]
     sent = exchange.total("sent_urls")
     fetched = int(summary["fetched"])
     seconds = float(summary["seconds"])

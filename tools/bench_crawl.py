@@ -246,11 +246,10 @@ def run_ours(
         stdout_path=out,
         stderr_path=err,
     )
-    text = out.read_text()
-    line = next((ln for ln in reversed(text.splitlines()) if ln.startswith("crawl ")), "")
-    if m["returncode"] != 0 or not line:
+    said = bu.crawl_summary(out.read_text())
+    if m["returncode"] != 0 or said is None:
         raise bu.WorkerError(f"our crawler failed ({m['returncode']}): {err.read_text()[-2000:]}")
-    summary = json.loads(line.split(": ", 1)[1])
+    summary = said[1]
     urls: list[str] = []
     for shard in shard_dirs(str(data)):
         with kvstore.open(os.path.join(shard, "main"), readonly=True) as main:
