@@ -8,10 +8,13 @@ them all."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
-from collections.abc import Callable, Sequence
-from types import ModuleType
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType, ModuleType
 
 from ..exceptions import CrawlerError, UsageError
 from ..read.display import printable
@@ -66,6 +69,41 @@ def _store_errors() -> tuple[type[BaseException], ...]:
     return (exceptions.KVStoreError,) if exceptions is not None else ()
 
 
+TERMINATED = 143  # 128 + SIGTERM: what a shell reports for a command SIGTERM stopped
+# Commands that take SIGTERM themselves (start: a clean stop of the crawl).
+OWN_SIGNALS = frozenset({"start"})
+
+
+class _Terminated:
+    """Whether a SIGTERM came (a flag the handler sets before it raises)."""
+
+    came = False
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    _Terminated.came = True
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM stops at once
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (systemd, ``timeout``, a scheduler) stops a command as Ctrl-C does, so
+    its clean-up runs: an export removes its files, rank its work directory. Only where
+    SIGTERM has its default action and in the main thread (a command run by another,
+    like demo's steps, is already covered)."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+    _Terminated.came = False
+    before = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     modules = command_modules(argv)
@@ -81,8 +119,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands: dict[str, Callable[[argparse.Namespace], int]] = {}
     for module in modules:
         commands.update(module.COMMANDS)
+    run = commands[args.command]
     try:
-        return commands[args.command](args)
+        if args.command in OWN_SIGNALS:
+            return run(args)
+        with sigterm_as_ctrl_c():
+            status = run(args)
+        # stopped by SIGTERM (the command said so on stderr, or served to its end)
+        return TERMINATED if _Terminated.came and status in (0, 130) else status
+    except KeyboardInterrupt:
+        if not _Terminated.came:
+            raise  # Ctrl-C: __main__ says "interrupted", 130
+        print("crawler: terminated", file=sys.stderr)
+        return TERMINATED
     except Exception as exc:
         # OSError: what no command foresaw (a disk error...): one line, not a trace
         if not isinstance(exc, (CrawlerError, OSError, *_store_errors())):

@@ -39,8 +39,8 @@ def add_parsers(sub: Any) -> None:
         "finished (name, records, bytes) and the last line on stdout lists the files written "
         "(on stderr when --jsonl - takes stdout). Progress (percentage, rate, time left) goes "
         "to stderr: a bar on a terminal, else a line every --progress-interval seconds. All "
-        "or nothing: an export that fails (exit 1) or is interrupted (exit 130) removes every "
-        "file it wrote.",
+        "or nothing: an export that fails (exit 1) or is interrupted (exit 130; SIGTERM: 143) "
+        "removes every file it wrote.",
         epilog="example: python -m crawler export crawl1 --warc crawl1.warc.gz --max-size 1G "
         "--jsonl crawl1.jsonl --text   (writes crawl1-00000.warc.gz, crawl1-00001.warc.gz... "
         "and crawl1.jsonl; then: python -m warcio.cli check crawl1-*.warc.gz)",

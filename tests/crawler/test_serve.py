@@ -219,6 +219,26 @@ def test_the_serve_command_answers_an_allowed_host(data: Path) -> None:
     assert "refused a request for Host 'attacker.example'" in err
 
 
+def test_sigterm_stops_serve_cleanly_with_143(data: Path) -> None:
+    """A service manager's SIGTERM stops the server as Ctrl-C does (no traceback), and
+    the exit status says SIGTERM: 143, as for ``start`` (killed by it: -15)."""
+    proc = subprocess.Popen([sys.executable, "-m", "crawler", "serve", str(data), "--port", "0",
+                             "--no-rank"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        assert proc.stdout is not None
+        m = re.search(r"at http://127\.0\.0\.1:(\d+)/", proc.stdout.readline())
+        assert m is not None
+        port = int(m.group(1))
+        assert request(port, "/", host="127.0.0.1")[0] == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=WAIT)
+    assert proc.returncode == 143, err[-2000:]
+    assert "Traceback" not in err
+
+
 # -- methods -----------------------------------------------------------------------------
 
 

@@ -398,7 +398,11 @@ def test_a_failure_midway_removes_every_file_already_written(tmp_path: Path) -> 
     assert list(out.parent.iterdir()) == []
 
 
-def test_interrupted_export_exits_130_and_leaves_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_export_exits_130_and_leaves_nothing(
+    signum: signal.Signals, code: int, tmp_path: Path
+) -> None:
+    """Ctrl-C, and SIGTERM (systemd, ``timeout``) alike: the export's clean-up runs."""
     data = tmp_path / "big"
     data.mkdir()
     with kvstore.open(data / "main") as db:  # incompressible: gzip takes its time
@@ -413,8 +417,8 @@ def test_interrupted_export_exits_130_and_leaves_nothing(tmp_path: Path) -> None
                       str(out / "i.warc.gz"), "--max-size", "1M", "--progress-interval", "0"])
     lines = read_lines(proc.stderr)
     wait_for(lambda: any("export: wrote" in ln for ln in lines), proc, "a finished file")
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130, "".join(lines)[-3000:]
+    proc.send_signal(signum)
+    assert proc.wait(timeout=60) == code, "".join(lines)[-3000:]
     assert proc.stdout is not None and proc.stdout.read() == b""
     proc.stdout.close()
     text = "".join(lines)
