@@ -32,10 +32,15 @@ with ``--broad --delay 0 --sitemaps off`` (sitemaps off: every host would add a 
    log is the cheapest count there is (no process, no store read) and it is what the
    crawler did, not what it says it did. Reported: the peak tree RSS up to 50 % of the
    hosts met, up to 100 % met, and to the end; the ratio peak@100 % / peak@50 % (target
-   <= 1.15); and at 25/50/75 % of the hosts met (``--points``), PendDB bytes per pending
-   URL: the size of the shards' ``pend/`` directories over ``pending`` from ``python -m
-   crawler status DIR --json`` (run beside the crawl, read-only; the directory is
-   measured when status starts and when it ends, and the mean is used);
+   <= 1.15); the same by pages served (the peak up to half the site's pages and up to
+   all of them: issue 31 §3's "RSS at 1.5M and 3M pages", ratio <= 1.10); a timeline
+   every ``--sample`` seconds (pages served, tree RSS) and from it pages/s in each
+   quarter of the run's time (flat, or decaying); the crawl directory's allocated
+   bytes per page at the end; and at 25/50/75 % of the hosts met (``--points``), PendDB
+   bytes per pending URL: the size of the shards' ``pend/`` directories over
+   ``pending`` from ``python -m crawler status DIR --json`` (run beside the crawl,
+   read-only; the directory is measured when status starts and when it ends, and the
+   mean is used);
 2. the *restart* crawl is stopped with one SIGINT (a clean stop) once half the hosts are
    met, then resumed with ``start --data DIR`` alone and run to the end. From the access
    log: robots.txt requests per host over both runs, max and mean (target <= 1: the
@@ -106,6 +111,7 @@ class RequestLog:
         self.robots: Counter[str] = Counter()
         self.pages: Counter[str] = Counter()
         self.other: Counter[str] = Counter()  # status -> count of non-200 answers
+        self.served = 0  # 200 answers to page requests (sum(self.pages.values()), kept)
 
     def update(self) -> None:
         rows, self.offset = read_log(self.path, self.offset)
@@ -114,6 +120,7 @@ class RequestLog:
                 self.robots[host] += 1
             elif status == "200":
                 self.pages[f"{host}{uri}"] += 1
+                self.served += 1
             else:
                 self.other[status] += 1
 
@@ -179,15 +186,22 @@ class _StatusProbe:
 
 
 def crawl(cmd: list[str], rlog: RequestLog, hosts: int, work: Path, tag: str, *,
-          data: Path, points: Sequence[float] = (), stop_at: float | None = None,
-          timeout: float) -> dict[str, Any]:
+          data: Path, pages: int, points: Sequence[float] = (),
+          stop_at: float | None = None, timeout: float, sample: float = 30.0
+          ) -> dict[str, Any]:
     """Run one crawler process to its end (or to a clean stop once ``stop_at`` of the
-    hosts are met), polling its tree's RSS and the request log; returns what it saw."""
+    hosts are met), polling its tree's RSS and the request log; returns what it saw,
+    with a timeline every ``sample`` seconds (``[t_s, pages served, tree RSS]``; the
+    last point is the end, its RSS 0: the tree is gone)."""
     out, err = work / f"{tag}.out", work / f"{tag}.err"
     todo = sorted(points)
     probe: _StatusProbe | None = None
-    result: dict[str, Any] = {"points": [], "load_before": bu.loadavg()}
+    timeline: list[list[float]] = []
+    result: dict[str, Any] = {"points": [], "load_before": bu.loadavg(),
+                              "timeline": timeline}
     peak = peak50 = peak100 = procs = 0
+    page_peak50 = page_peak100 = 0  # by pages served rather than hosts met
+    served0 = rlog.served
     stopped_at: float | None = None
     with open(out, "wb") as fo, open(err, "wb") as fe:
         started = time.monotonic()
@@ -206,6 +220,13 @@ def crawl(cmd: list[str], rlog: RequestLog, hosts: int, work: Path, tag: str, *,
                     peak50 = peak
                 if met < hosts:
                     peak100 = peak
+                served = rlog.served - served0
+                if served * 2 < pages:
+                    page_peak50 = peak
+                if served < pages:
+                    page_peak100 = peak
+                if not timeline or elapsed - timeline[-1][0] >= sample:
+                    timeline.append([round(elapsed, 1), served, rss])
                 if probe is not None and (point := probe.done()) is not None:
                     result["points"].append(point)
                     probe = None
@@ -232,6 +253,7 @@ def crawl(cmd: list[str], rlog: RequestLog, hosts: int, work: Path, tag: str, *,
             result["points"].append(point)
     time.sleep(LOG_FLUSH)
     rlog.update()
+    served = rlog.served - served0
     said = bu.crawl_summary(out.read_text())
     if said is None or (proc.returncode != 0 and stop_at is None):
         raise bu.WorkerError(f"{tag}: crawler exited {proc.returncode}: {err.read_text()[-2000:]}")
@@ -251,8 +273,27 @@ def crawl(cmd: list[str], rlog: RequestLog, hosts: int, work: Path, tag: str, *,
         # None: that share of the hosts was not met while this process ran
         "peak_rss_50_bytes": peak50 if rlog.met * 2 >= hosts and peak50 else None,
         "peak_rss_100_bytes": peak100 if rlog.met >= hosts and peak100 else None,
+        # the same by pages served: the peak up to half of them, and up to all
+        "peak_rss_half_pages_bytes": page_peak50 if served * 2 >= pages and page_peak50 else None,
+        "peak_rss_all_pages_bytes": page_peak100 if served >= pages and page_peak100 else None,
     })
+    timeline.append([round(wall, 1), served, 0])
+    result["rates"] = quarter_rates(timeline)
     return result
+
+
+def quarter_rates(timeline: Sequence[Sequence[float]]) -> list[float]:
+    """Pages served a second in each quarter of the run's time, from the timeline
+    (each quarter's rate between the samples nearest its ends): flat, or decaying."""
+    if len(timeline) < 5:
+        return []
+    end = timeline[-1][0]
+    rates = []
+    for q in range(4):
+        lo = min(timeline, key=lambda s: abs(s[0] - end * q / 4))
+        hi = min(timeline, key=lambda s: abs(s[0] - end * (q + 1) / 4))
+        rates.append(round((hi[1] - lo[1]) / max(1e-9, hi[0] - lo[0]), 1))
+    return rates
 
 
 def start_cmd(cfg: BroadConfig, data: Path, dns: tuple[str, int], args: argparse.Namespace
@@ -283,12 +324,17 @@ def run_full(cfg: BroadConfig, dns: tuple[str, int], site_dir: Path, work: Path,
     rlog = RequestLog(site_dir / "logs" / LOG_NAME)
     log(f"full crawl: {cfg.hosts} hosts x {cfg.pages_per_host} pages")
     r = crawl(start_cmd(cfg, data, dns, args), rlog, cfg.hosts, work, "full", data=data,
-              points=args.points, timeout=args.timeout)
+              pages=cfg.hosts * cfg.pages_per_host, points=args.points,
+              timeout=args.timeout, sample=args.sample)
     r["status"] = _final_status(data)
     r["robots"] = robots_stats(rlog)
     r["page_requests"] = page_stats(rlog)
     p50, p100 = r["peak_rss_50_bytes"], r["peak_rss_100_bytes"]
     r["rss_ratio_100_50"] = round(p100 / p50, 3) if p50 and p100 else None
+    h50, h100 = r["peak_rss_half_pages_bytes"], r["peak_rss_all_pages_bytes"]
+    r["rss_ratio_pages"] = round(h100 / h50, 3) if h50 and h100 else None
+    r["disk_bytes"] = bu.disk_usage(data)[1]  # allocated, every shard's files
+    r["disk_per_page"] = round(r["disk_bytes"] / max(1, r["status"]["recorded"] or 0), 1)
     if not args.keep:
         shutil.rmtree(data, ignore_errors=True)
     return r
@@ -299,12 +345,14 @@ def run_restart(cfg: BroadConfig, dns: tuple[str, int], site_dir: Path, work: Pa
     data = work / "restart"
     rlog = RequestLog(site_dir / "logs" / LOG_NAME)
     log("restart crawl: run 1, stopped at half the hosts")
+    pages = cfg.hosts * cfg.pages_per_host
     first = crawl(start_cmd(cfg, data, dns, args), rlog, cfg.hosts, work, "restart-1",
-                  data=data, stop_at=0.5, timeout=args.timeout)
+                  data=data, pages=pages, stop_at=0.5, timeout=args.timeout)
     robots_1 = robots_stats(rlog)
     log(f"  {first['end']} after {first['wall_s']} s, {first['fetched']} fetched; run 2")
     resume = [sys.executable, "-m", "crawler", "start", "--data", str(data), "--quiet"]
-    second = crawl(resume, rlog, cfg.hosts, work, "restart-2", data=data, timeout=args.timeout)
+    second = crawl(resume, rlog, cfg.hosts, work, "restart-2", data=data, pages=pages,
+                   timeout=args.timeout)
     r = {"run1": first, "run2": second, "robots_run1": robots_1, "robots": robots_stats(rlog),
          "page_requests": page_stats(rlog), "status": _final_status(data)}
     if not args.keep:
@@ -330,6 +378,13 @@ def table(result: dict[str, Any]) -> str:
             ("peak tree RSS @100% hosts", bu.fmt_bytes(full["peak_rss_100_bytes"])),
             ("peak tree RSS to the end", bu.fmt_bytes(full["peak_rss_bytes"])),
             ("RSS ratio 100%/50% (<= 1.15)", str(full["rss_ratio_100_50"])),
+            ("peak tree RSS @50% / @100% of pages served",
+             f"{bu.fmt_bytes(full['peak_rss_half_pages_bytes'])} / "
+             f"{bu.fmt_bytes(full['peak_rss_all_pages_bytes'])} "
+             f"(ratio {full['rss_ratio_pages']})"),
+            ("pages/s by quarter of the run", ", ".join(f"{r:.0f}" for r in full["rates"])),
+            ("disk per page (allocated)", f"{full['disk_per_page']:.0f} B "
+                                          f"({bu.fmt_bytes(full['disk_bytes'])})"),
             ("pages/s (engine time)", f"{full['pages_per_s']:.0f}"),
             ("wall s (crawl s)", f"{full['wall_s']:.1f} ({full['crawl_s']:.1f})"),
             ("CPU s", f"{full['cpu_s']:.1f}"),
@@ -376,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: %(default)s)")
     p.add_argument("--no-restart", action="store_true", help="skip the restart crawl")
     p.add_argument("--timeout", type=float, default=7200.0, help="seconds one crawl may run")
+    p.add_argument("--sample", type=float, default=30.0,
+                   help="seconds between two points of the full crawl's timeline")
     p.add_argument("--nginx-workers", type=int, default=1)
     p.add_argument("--workdir", help="parent of the temporary directory (default: the system's)")
     p.add_argument("--keep", action="store_true", help="keep the crawl directories")

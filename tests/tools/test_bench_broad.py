@@ -86,7 +86,7 @@ def test_bench_broad_reports_real_numbers(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "tools/bench_broad.py", "--hosts", str(hosts), "--pages-per-host",
          str(pages), "--processes", "2", "--threads", "8", "--workdir", str(tmp_path),
-         "--json", str(out)],
+         "--sample", "0.1", "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=TOOL_TIMEOUT, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -104,6 +104,18 @@ def test_bench_broad_reports_real_numbers(tmp_path: Path) -> None:
         full["peak_rss_100_bytes"] / full["peak_rss_50_bytes"], abs=1e-3)
     assert full["pages_per_s"] > 0 and full["wall_s"] > 0
     assert full["points"] and all(p["pend_bytes"] > 0 for p in full["points"])
+    # by pages served: peaks up to half and all of them, a timeline and its quarters
+    half, every = full["peak_rss_half_pages_bytes"], full["peak_rss_all_pages_bytes"]
+    assert 0 < half <= every <= full["peak_rss_bytes"]
+    assert full["rss_ratio_pages"] == pytest.approx(every / half, abs=1e-3)
+    times = [t for t, _, _ in full["timeline"]]
+    served = [n for _, n, _ in full["timeline"]]
+    assert times == sorted(times) and served == sorted(served)
+    assert served[-1] == hosts * pages and all(rss > 0 for _, _, rss in full["timeline"][:-1])
+    assert len(full["rates"]) == 4 and sum(full["rates"]) > 0
+    assert full["disk_per_page"] == pytest.approx(
+        full["disk_bytes"] / (hosts * pages), abs=0.1)
+    assert full["disk_per_page"] > 100  # a record holds at least its URL and headers
     # the restart: a clean stop part-way, then the rest; robots.txt kept across it
     first = rs["run1"]
     assert first["end"] == "interrupted" and 0 < first["fetched"] < hosts * pages
