@@ -97,6 +97,8 @@ RELEASE_COOLDOWN = 0.5
 # live ones: claimed bulks leave tombstones and dead values behind, ~40 bytes a URL.
 PEND_COMPACT_BYTES = 32 << 20
 URL_LOG_NAME = "urls.log"
+# Pending URLs handled at once while PendSet is rebuilt at open (~100 bytes each meanwhile).
+REBUILD_BATCH = 1 << 18
 # errnos that mean "no space for this write" (EFBIG: a file size limit such as ulimit -f)
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
@@ -224,7 +226,9 @@ class Frontier:
         self.tally = Keeper(data_dir, self.main, self.pend, len(self.pend_set))
 
     def _rebuild(self) -> None:
-        """PendSet and the unclaimed bulks from the live PendDB bulks (after any stop)."""
+        """PendSet and the unclaimed bulks from the live PendDB bulks (after any stop),
+        ``REBUILD_BATCH`` URLs at a time: at 14M pending URLs a shard, a list of them all
+        held ~1.5 GB while it lasted."""
         top = -1
         keys: list[bytes] = []
         depths: list[int] = []
@@ -234,13 +238,21 @@ class Frontier:
             bulk = decode_bulk(self.pend[bk])
             keys.extend(url_key(e.url) for e in bulk)
             depths.extend(e.depth for e in bulk)
-        self.depths.fold(keys, depths)  # a crawl whose depths.bin lacks them
-        if keys:
-            arr = _keys_array(keys)
-            self.pend_set.add_many(arr[~self.main.contains_many(arr)])  # not done ones
+            if len(keys) >= REBUILD_BATCH:
+                self._pend_again(keys, depths)
+                keys, depths = [], []
+        self._pend_again(keys, depths)
         self._counter = top + 1
         if len(self._unclaimed):
             log.info("%s: resuming with %d pending bulks", self.data_dir, len(self._unclaimed))
+
+    def _pend_again(self, keys: list[bytes], depths: list[int]) -> None:
+        """Some pending URLs of live bulks (``_rebuild``): their depths, and the ones
+        not done into PendSet."""
+        self.depths.fold(keys, depths)  # a crawl whose depths.bin lacks them
+        if keys:
+            arr = _keys_array(keys)
+            self.pend_set.add_many(arr[~self.main.contains_many(arr)])
 
     # -- workers -------------------------------------------------------------
 

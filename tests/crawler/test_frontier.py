@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import kvstore
+from crawler.state import frontier
 from crawler.state.frontier import Claimed, Frontier, Outcome
 from crawler.state.pages import PageRecord, Pending, decode_page, encode_page
 from crawler.web.urls import url_key
@@ -105,6 +106,33 @@ def test_reopen_brings_back_unfinished_bulks_and_skips_done_urls(tmp_path: Path)
     urls = sorted(c.entry.url for c in claim_all(f))
     assert urls == sorted([bulk[1].entry.url, bulk[2].entry.url, bulk[3].entry.url, u(9)])
     f.close()
+
+
+@pytest.mark.parametrize("batch", [1, 5, frontier.REBUILD_BATCH])
+def test_reopen_rebuilds_pending_urls_exactly_in_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    """The open rebuilds PendSet a batch of URLs at a time (bounded memory at 27M
+    pending URLs): every not-done URL of every live bulk, and no done one, whatever
+    the batch's size against the bulks'."""
+    f = Frontier(str(tmp_path), bulk_size=4)
+    f.add_seeds([Pending(u(i)) for i in range(41)])
+    f.commit()
+    claimed = claim_all(f)
+    done = claimed[::3]
+    for c in done:
+        f.submit(Outcome(c, page(c)))
+    f.commit()
+    f.close()
+    monkeypatch.setattr(frontier, "REBUILD_BATCH", batch)
+    g = Frontier(str(tmp_path), bulk_size=4)
+    done_keys = {url_key(c.entry.url) for c in done}
+    want = {url_key(c.entry.url) for c in claimed} - done_keys
+    assert len(claimed) == 41 and len(want) == 27
+    assert g.counts()["pending"] == len(g.pend_set) == len(want)
+    assert all(k in g.pend_set for k in want)
+    assert not any(k in g.pend_set for k in done_keys)
+    g.close()
 
 
 def test_idle_only_when_nothing_is_pending_or_claimed(tmp_path: Path) -> None:
