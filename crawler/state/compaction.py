@@ -144,6 +144,7 @@ def compact_shard(shard: str) -> dict[str, Any]:
     with kvstore.open(os.path.join(shard, "main")) as main, \
             kvstore.open(os.path.join(shard, "pend")) as pend:
         outcomes = OutcomeLog(shard)
+        outcomes.discard_leftovers()
         try:
             result = compact_stores(shard, main, pend, outcomes, contextlib.nullcontext())
         finally:

@@ -205,6 +205,7 @@ class Frontier:
         self.depths = Depths(data_dir, track=track_depth)
         # Each record's selection facts, apart from its body (crawler.state.outcomelog).
         self.outcomes = OutcomeLog(data_dir)
+        self.outcomes.discard_leftovers()
         self.expand = expand
         # start --revisit-after: when each done page is due again (crawler.state.due);
         # a due page's record goes to ``prior`` (for the conditional GET) as it is re-queued.

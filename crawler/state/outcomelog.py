@@ -55,6 +55,8 @@ __all__ = ["OUTCOMES_NAME", "UNKNOWN", "VOCABULARY", "OutcomeLog", "carry", "hos
 log = logging.getLogger(__name__)
 
 OUTCOMES_NAME = "outcomes.bin"
+# Beside it while a compaction runs: its standing rows (carry), the rewritten log (remap).
+CARRY_SUFFIX, REMAP_SUFFIX = ".carry.tmp", ".remap.tmp"
 
 _REASONS = (
     "", "private_ip", "dns_nxdomain", "dns_nodata", "dns_servfail", "dns_timeout",
@@ -117,6 +119,17 @@ class OutcomeLog:
         self.log = RecordLog(os.path.join(data_dir, OUTCOMES_NAME), FIELD, FACTS)
         self._staged: list[np.ndarray] = []
 
+    def discard_leftovers(self) -> None:
+        """Remove what a compaction killed between its carry and its remap left beside
+        the log (each file up to the log's size). For a writer's open, which holds the
+        shard's lock: never between a carry and its remap."""
+        for stale in (self.log.path + CARRY_SUFFIX, self.log.path + REMAP_SUFFIX):
+            try:
+                os.unlink(stale)
+            except FileNotFoundError:
+                continue
+            log.info("%s: removed, left by a compaction that did not finish", stale)
+
     def note(self, main: kvstore.Store, keys: list[bytes], pages: Sequence[PageRecord | None]
              ) -> None:
         """Log the records of ``keys`` just put in MainDB (``pages``: their heads; None for
@@ -151,7 +164,7 @@ class OutcomeLog:
         since = since[::-1][last]  # a key's last row describes its record now
         logged = kvstore.KeySet()
         logged.add_many(keys_of(since))
-        new, kept = path + ".remap.tmp", 0
+        new, kept = path + REMAP_SUFFIX, 0
         with open(new, "wb") as f:
             for chunk in read_chunks(carried, DTYPE):
                 if len(logged):
@@ -225,7 +238,7 @@ def carry(data_dir: str, main: kvstore.Store) -> tuple[str, int]:
     path = os.path.join(data_dir, OUTCOMES_NAME)
     size = os.path.getsize(path) if os.path.exists(path) else 0
     size -= size % DTYPE.itemsize
-    carried = path + ".carry.tmp"
+    carried = path + CARRY_SUFFIX
     with open(carried, "wb") as f:
         for keys, facts in standing(data_dir, main, kvstore.KeySet(), size):
             rows = np.zeros(len(keys), dtype=DTYPE)

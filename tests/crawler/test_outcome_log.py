@@ -192,6 +192,21 @@ def test_crawler_compact_carries_the_log_over_the_new_generation(data: Path) -> 
     assert not list(data.glob("*.tmp"))
 
 
+def test_the_files_of_a_compaction_killed_midway_go_at_the_next_open(data: Path) -> None:
+    """A kill between a compaction's carry and its remap leaves the carried rows (and
+    maybe a part-written log) beside the log, each as big as it: the next writer's open
+    removes them and leaves the log itself as it was."""
+    from crawler.state.frontier import Frontier
+
+    log_before = (data / OUTCOMES_NAME).read_bytes()
+    stale = [data / (OUTCOMES_NAME + ".carry.tmp"), data / (OUTCOMES_NAME + ".remap.tmp")]
+    for path in stale:
+        path.write_bytes(log_before[: len(log_before) // 2])
+    Frontier(str(data)).close()
+    assert [p for p in stale if p.exists()] == []
+    assert (data / OUTCOMES_NAME).read_bytes() == log_before
+
+
 def test_a_remap_keeps_the_last_row_of_a_key_logged_during_the_compaction(data: Path) -> None:
     """A record rewritten while the compaction ran (logged past the carried size): its
     carried row describes the old record and must not stand for the new one."""
