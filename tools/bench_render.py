@@ -78,7 +78,7 @@ def others_rate(run: dict[str, Any], rendered_host: str, share: float = 0.95) ->
     t0 = min(t for _, t in run["requests"])
     starts = sorted(t - t0 for host, t in run["requests"] if host != rendered_host)
     k = max(1, int(len(starts) * share))
-    return k / max(1e-9, starts[k - 1])
+    return float(k / max(1e-9, starts[k - 1]))
 
 
 def tables(result: dict[str, Any]) -> str:
