@@ -58,6 +58,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 import kvstore
 
 from ..config import DEFAULT_SYNC_INTERVAL
@@ -228,11 +230,15 @@ class Frontier:
 
     def _rebuild(self) -> None:
         """PendSet and the unclaimed bulks from the live PendDB bulks (after any stop),
-        ``REBUILD_BATCH`` URLs at a time: at 14M pending URLs a shard, a list of them all
-        held ~1.5 GB while it lasted."""
+        read ``REBUILD_BATCH`` URLs at a time: at 14M pending URLs a shard, a list of
+        them all held ~1.5 GB while it lasted. Their keys (16 bytes each) go to PendSet in
+        one batch, which sizes it for them all (~29 bytes a key; ~37 grown batch by batch)."""
         top = -1
         keys: list[bytes] = []
         depths: list[int] = []
+        # One growing buffer, not a list of arrays: freed, it goes back to the OS whole
+        # (batches of a few MB each would stay in the heap of the process for good).
+        pending = bytearray()
         for bk in self.pend:
             top = max(top, int.from_bytes(bk, "big"))
             self._unclaimed.add(bk)
@@ -240,20 +246,24 @@ class Frontier:
             keys.extend(url_key(e.url) for e in bulk)
             depths.extend(e.depth for e in bulk)
             if len(keys) >= REBUILD_BATCH:
-                self._pend_again(keys, depths)
+                pending += self._not_done(keys, depths)
                 keys, depths = [], []
-        self._pend_again(keys, depths)
+        pending += self._not_done(keys, depths)
+        if pending:
+            self.pend_set.add_many(np.frombuffer(pending, dtype=np.uint8).reshape(-1, 16))
         self._counter = top + 1
         if len(self._unclaimed):
             log.info("%s: resuming with %d pending bulks", self.data_dir, len(self._unclaimed))
 
-    def _pend_again(self, keys: list[bytes], depths: list[int]) -> None:
-        """Some pending URLs of live bulks (``_rebuild``): their depths, and the ones
-        not done into PendSet."""
+    def _not_done(self, keys: list[bytes], depths: list[int]) -> bytes:
+        """Some pending URLs of live bulks (``_rebuild``): their depths noted, and the
+        keys of those not done, joined."""
         self.depths.fold(keys, depths)  # a crawl whose depths.bin lacks them
-        if keys:
-            arr = _keys_array(keys)
-            self.pend_set.add_many(arr[~self.main.contains_many(arr)])
+        if not keys:
+            return b""
+        arr = _keys_array(keys)
+        left: bytes = arr[~self.main.contains_many(arr)].tobytes()
+        return left
 
     # -- workers -------------------------------------------------------------
 
