@@ -199,7 +199,7 @@ class Frontier:
         # (crawler.state.compaction), when every record put has its log row.
         self._commit_lock = threading.Lock()
         self._counter = 0
-        self.syncer = Syncer(sync_interval, self._sync_stores, self._compact)
+        self.syncer = Syncer(sync_interval, self._sync_stores, self._compact, data_dir)
         self.compact_bytes = compact_bytes
         self.compactions = 0
         # The smallest depth of each URL (crawler.state.depths); ``expand`` reads a
