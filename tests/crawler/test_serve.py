@@ -200,7 +200,11 @@ def test_a_bad_allow_host_is_a_usage_error(value: str, capsys: pytest.CaptureFix
     assert "usage:" in err and f"serve: --allow-host {value!r}: not a NAME or NAME:PORT" in err
 
 
-def test_the_serve_command_answers_an_allowed_host(data: Path) -> None:
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 0), (signal.SIGTERM, 143)])
+def test_the_serve_command_answers_an_allowed_host(data: Path, signum: signal.Signals,
+                                                    code: int) -> None:
+    """...and stops on Ctrl-C, or on a service manager's SIGTERM as on Ctrl-C (no
+    traceback) with the status that says so: 143, as for ``start`` (killed: -15)."""
     proc = subprocess.Popen([sys.executable, "-m", "crawler", "serve", str(data), "--port", "0",
                              "--no-rank", "--allow-host", "crawl-box.lan"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -213,29 +217,10 @@ def test_the_serve_command_answers_an_allowed_host(data: Path) -> None:
         assert request(port, "/", host="crawl-box.lan")[0] == 200
         assert request(port, "/", host="attacker.example")[0] == 421
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=WAIT)
-    assert proc.returncode == 0
+    assert proc.returncode == code, err[-2000:]
     assert "refused a request for Host 'attacker.example'" in err
-
-
-def test_sigterm_stops_serve_cleanly_with_143(data: Path) -> None:
-    """A service manager's SIGTERM stops the server as Ctrl-C does (no traceback), and
-    the exit status says SIGTERM: 143, as for ``start`` (killed by it: -15)."""
-    proc = subprocess.Popen([sys.executable, "-m", "crawler", "serve", str(data), "--port", "0",
-                             "--no-rank"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(REPO)))
-    try:
-        assert proc.stdout is not None
-        m = re.search(r"at http://127\.0\.0\.1:(\d+)/", proc.stdout.readline())
-        assert m is not None
-        port = int(m.group(1))
-        assert request(port, "/", host="127.0.0.1")[0] == 200
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=WAIT)
-    assert proc.returncode == 143, err[-2000:]
     assert "Traceback" not in err
 
 
