@@ -109,7 +109,7 @@ def test_ci_lints_before_the_tests_with_the_configured_tools() -> None:
     assert install < steps.index("ruff check .") < steps.index("mypy") < steps.index(
         "python -m pytest -q")
     mypy = _setup_cfg()["mypy"]
-    assert mypy["strict"] == "true" and mypy["packages"] == "kvstore, crawler"
+    assert mypy["strict"] == "true" and mypy["packages"] == "kvstore, crawler, tools"
 
 
 def test_readme_test_command_is_the_one_ci_runs() -> None:
