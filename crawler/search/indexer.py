@@ -9,28 +9,30 @@ records written since are read. Then three phases:
 
 1. *Read* (crawler.search.reading, in worker processes). Each changed record is read
    (in file order) and, when it is an indexable page (status 200, not ``noindex``, a
-   text body), read by crawler.read.pagetext. The document is spilled to a temporary
-   file; each of its links with text becomes a line ``target key, text`` in a sorter
-   of the shard that owns the target's host.
-2. *Anchors.* Each shard's lines come out grouped by target and are added to the
-   shard's anchor store (url_key -> the distinct texts, at most
+   text body), read by crawler.read.pagetext. The documents and, for each shard that
+   owns link targets, the lines ``target key, text`` of its links with text go to
+   files in the shard's spill (crawler.search.spill), kept across runs: a record a
+   killed run had read is not read again.
+2. *Anchors.* Each shard's lines, sorted, come out grouped by target and are added to
+   the shard's anchor store (url_key -> the distinct texts, at most
    :data:`MAX_ANCHOR_BYTES`). A page whose anchor text now differs from the text it was
    indexed with is indexed again, though its own record did not change.
 3. *Write.* Those pages first, then the spilled documents, then deletes for keys no
    longer in MainDB, each replacing the key's document (delete by term, add). A commit
    every ``batch`` documents; after each, the versions journal says what it held.
 
-Crash safety: tantivy's commit is atomic, and the journal entry follows the commit, so a
-kill -9 loses at most the batch being written; the next run reads those records again
-(their versions are not journaled) and replaces their documents: the index then equals
-a clean build. Pages re-indexed for their anchors go before the documents whose links
-changed them, so a kill between the two leaves the sources unjournaled: the next run
-reads them again and finds the same targets. Anchor text only grows between rebuilds (a
-link a page no longer has keeps its text until ``index --rebuild``).
+Crash safety: tantivy's commit is atomic, and the journal entry follows the commit; the
+spill keeps what was read and not yet committed (crawler.search.spill says in which
+order), so a kill -9 anywhere loses at most the task being read or the batch being
+written: the next run goes on from there, and the index then equals a clean build. A
+record written again after it was read is journaled at the version read, so the next
+run reads it again. Anchor text only grows between rebuilds (a link a page no longer
+has keeps its text until ``index --rebuild``).
 
 A compaction of MainDB (a new store generation) or a different index format makes the
-next run a rebuild. Memory: the writer's heap (``memory``), the sorters' buffers, one
-document; the version tables are memory-mapped.
+next run a rebuild. Memory: MainDB's snapshot of keys and versions (24 bytes a record),
+the writer's heap (``memory``), the sorters' buffers, a few tasks; the version tables
+are memory-mapped.
 
 Thread safety: one run per index at a time (the lock file; a second run fails at once).
 """
@@ -58,7 +60,8 @@ from ..read.pagetext import DEFAULT_TEXT_LIMIT, PageText
 from ..state.jsonfile import read_json, write_json
 from ..web.urls import host_of, url_key
 from . import schema
-from .reading import CHUNK, Part, default_workers, indexable, run_tasks, spilled, tasks
+from .reading import CHUNK, default_workers, indexable, run_tasks, tasks
+from .spill import Spill, read_documents
 from .versions import GONE, Versions
 
 log = logging.getLogger(__name__)
@@ -69,6 +72,7 @@ MIN_MEMORY = 16 << 20  # tantivy's floor (15 MB a thread), rounded up
 MAX_ANCHOR_BYTES = 2048  # anchor text kept a page (UTF-8)
 SEPARATOR = " | "
 SORT_BUFFER = 16 << 20
+REANCHOR_GROUP = 65_536  # anchor targets checked against the index at a time
 WRITER_THREAD_MEMORY = 32 << 20  # tantivy's heap a writer thread (at least 15 MB each)
 MAX_WRITER_THREADS = 4
 Progress = Callable[[int, int], None]
@@ -171,23 +175,22 @@ class ShardIndex:
             self._wipe()
             # said at once, so a run killed later resumes this build, not a new one
             write_json(state_path, {"format": schema.FORMAT, "generation": self.generation})
-        self.tmp = os.path.join(self.dir, "tmp")
+        self.tmp = os.path.join(self.dir, "tmp")  # the sorter's runs: this run's only
         shutil.rmtree(self.tmp, ignore_errors=True)
         os.makedirs(self.tmp)
         self.versions = Versions(self.dir)
-        self.keys = np.ascontiguousarray(keys).view("V16").ravel()
-        self.vers = vers
-        changed = self.versions.changed(self.keys, vers)
+        self.spill = Spill(self.dir, shard)
+        keys_v = np.ascontiguousarray(keys).view("V16").ravel()
+        changed = self.versions.changed(keys_v, vers) & self.spill.changed(keys_v, vers)
         order = np.argsort(vers[changed], kind="stable")  # file order: sequential reads
-        self.todo_keys, self.todo_vers = self.keys[changed][order], vers[changed][order]
-        self.gone = self.versions.gone(self.keys)
+        self.todo_keys, self.todo_vers = keys_v[changed][order], vers[changed][order]
+        self.gone = self.versions.gone(keys_v)
+        del keys, vers, keys_v, changed, order  # the snapshot: 24 bytes a record
         index = schema.open_index(self.dir, create=True)
         assert index is not None  # (create=True)
         self.index: tantivy.Index = index
         self.anchors = kvstore.open(os.path.join(self.dir, schema.ANCHORS_DIR))
         self.sorter = LineSorter(self.tmp, buffer_bytes=SORT_BUFFER)
-        self.documents: list[str] = []  # phase 1's files, in order
-        self.reanchor: list[bytes] = []
 
     def _wipe(self) -> None:
         for name in os.listdir(self.dir):
@@ -205,6 +208,7 @@ class ShardIndex:
     def close(self) -> None:
         self.anchors.close()
         self.versions.close()
+        self.spill.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.lock.release()
 
@@ -232,8 +236,9 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
             stats.rebuilt = sum(1 for s in live if s.rebuilt)
             total = sum(len(s.todo_keys) for s in live)
             for s in live:
-                log.info("shard %d: %s records to read, %s gone%s", s.shard,
+                log.info("shard %d: %s records to read, %s gone%s%s", s.shard,
                          f"{len(s.todo_keys):,}", f"{len(s.gone):,}",
+                         f", {len(s.spill):,} read by an earlier run" if len(s.spill) else "",
                          " (rebuilding)" if s.rebuilt else "")
             pooled_skips, _ = read_phase(reader, live, count, stats, text_limit,
                                          workers or default_workers(), chunk, progress, total)
@@ -256,57 +261,73 @@ def read_phase(reader: CrawlReader, live: list[ShardIndex], count: int, stats: I
                text_limit: int, workers: int, chunk: int, progress: Progress | None,
                total: int, *, owners: frozenset[int] | None = None,
                ) -> tuple[int, dict[int, list[str]]]:
-    """Phase 1 (crawler.search.reading) for every shard of ``live``: their anchor lines
-    go to their sorters. Returns the damaged records the worker processes skipped (the
-    reader counts its own) and the files of anchor lines for the shards of ``owners``
-    (default: ``live``'s) that are not ``live`` (on Ray: other nodes' shards), which
-    the caller removes."""
+    """Phase 1 (crawler.search.reading) for every shard of ``live``: their documents and
+    anchor lines go to their spills. Returns the damaged records the worker processes
+    skipped (the reader counts its own) and the files of anchor lines for the shards of
+    ``owners`` (default: ``live``'s) that are not ``live`` (on Ray: other nodes'
+    shards), which the caller removes."""
     owners = owners if owners is not None else frozenset(s.shard for s in live)
     by_shard = {s.shard: s for s in live}
-    todo = [t for s in live for t in tasks(s.shard, s.todo_keys, s.todo_vers, s.tmp, count,
-                                           owners, text_limit, chunk)]
-    done = 0
-
-    def finished(part: Part) -> None:
-        nonlocal done
-        done += part.read
-        if progress is not None:
-            progress(done, total)
-
-    parts, pooled = run_tasks(todo, reader, workers, finished)
+    todo = (t for s in live for t in tasks(
+        s.shard, s.todo_keys, s.todo_vers, s.spill.dir, count, owners, text_limit, chunk,
+        first=s.spill.take_numbers(-(-len(s.todo_keys) // chunk))))
+    done = pooled_skips = 0
     foreign: dict[int, list[str]] = {}
-    for task, part in zip(todo, parts, strict=True):
+    for task, part in run_tasks(todo, reader, workers):
         stats.read += part.read
-        by_shard[task.shard].documents.append(part.documents)
+        pooled_skips += part.skipped if part.pooled else 0
         for dest, path in part.lines.items():
             if dest not in by_shard:
                 foreign.setdefault(dest, []).append(path)
-                continue
-            sorter = by_shard[dest].sorter
-            with open(path, "rb") as f:
-                for line in f:
-                    sorter.add(line)
-            os.remove(path)
-    return (sum(p.skipped for p in parts) if pooled else 0), foreign
+            elif dest != task.shard:
+                by_shard[dest].spill.adopt(path)
+        # its files are durable: the next run does not read these records again
+        by_shard[task.shard].spill.record(task.keys, task.versions)
+        done += part.read
+        if progress is not None:
+            progress(done, total)
+    return pooled_skips, foreign
 
 
 def merge_anchors(s: ShardIndex) -> None:
     """Phase 2 for one shard: anchor lines into its anchor store; the pages whose
-    anchor text now differs from what they were indexed with go to ``s.reanchor``."""
-    todo = set(s.todo_keys.tolist())
+    anchor text now differs from what they were indexed with go to the spill's list of
+    pages to index again."""
+    lines = s.spill.lines()
+    for path in lines:
+        with open(path, "rb") as f:
+            for line in f:
+                s.sorter.add(line)
+    stale: list[bytes] = []
+    group: list[tuple[bytes, int]] = []
     for key, texts in _grouped(s.sorter.sorted()):
         old = s.anchor_text(key)
         text = merge_anchor_text(old, texts)
         if text != old:
             s.anchors[key] = text.encode("utf-8")
-        if key in todo:
-            continue  # read anyway: it is indexed with its anchor text then
-        if key not in s.store:
-            continue  # not fetched yet (or gone): indexed with it once it is
-        indexed_hash = int(s.versions.lookup(np.frombuffer(key, dtype="V16"))[1][0])
-        if indexed_hash >= 0 and indexed_hash != anchor_hash(text):
-            s.reanchor.append(key)
+        group.append((key, anchor_hash(text)))
+        if len(group) >= REANCHOR_GROUP:
+            stale += _indexed_with_other_anchors(s, group)
+            group = []
+    stale += _indexed_with_other_anchors(s, group)
     s.anchors.flush()
+    s.spill.add_reanchor(stale)  # durable before the lines go (see crawler.search.spill)
+    for path in lines:
+        os.remove(path)
+
+
+def _indexed_with_other_anchors(s: ShardIndex, group: list[tuple[bytes, int]]) -> list[bytes]:
+    """Of (key, hash of its anchor text now), the keys indexed with another text and not
+    written in this run anyway (spilled, and written with the text they have then)."""
+    if not group:
+        return []
+    keys = np.frombuffer(b"".join(k for k, _ in group), dtype="V16")
+    hashes = np.array([h for _, h in group], dtype=np.int64)
+    indexed = s.versions.lookup(keys)[1]
+    # not in MainDB: not fetched yet (or gone): indexed with its text once it is
+    stale = ((indexed >= 0) & (indexed != hashes) & ~s.spill.holds(keys)
+             & s.store.contains_many(keys))
+    return [group[i][0] for i in np.flatnonzero(stale).tolist()]
 
 
 def _grouped(lines: Iterator[bytes]) -> Iterator[tuple[bytes, list[str]]]:
@@ -330,7 +351,7 @@ def write_shard(reader: CrawlReader, s: ShardIndex, stats: IndexStats, batch: in
                          MAX_WRITER_THREADS))
     writer = s.index.writer(heap_size=memory, num_threads=threads)
     entries: list[tuple[bytes, int, int]] = []
-    current: dict[bytes, int] = {}
+    written: list[str] = []  # spilled files whose every document is in ``entries``
 
     def put(key: bytes, ver: int, url: str | None, fetched: float,
             text: PageText | None) -> None:
@@ -352,26 +373,37 @@ def write_shard(reader: CrawlReader, s: ShardIndex, stats: IndexStats, batch: in
         writer.commit()
         s.versions.record(entries)
         entries.clear()
+        for path in written:  # their documents are committed and journaled
+            os.remove(path)
+        written.clear()
 
-    if s.reanchor:  # their versions in the snapshot (they are in it: see merge_anchors)
-        order = np.argsort(s.keys, kind="stable")
-        wanted = np.frombuffer(b"".join(s.reanchor), dtype="V16")
-        pos = np.searchsorted(s.keys[order], wanted)
-        current = dict(zip(s.reanchor, s.vers[order][pos].tolist(), strict=True))
-    for key in s.reanchor:  # first: see the module docstring
-        page = reader.load(s.shard, key)
+    for key in s.spill.reanchor():  # first: see the module docstring
+        ver = _current(s, key)  # before the read: a write between is read next run
+        page = reader.load(s.shard, key) if ver >= 0 else None
         text = None if page is None else indexable(page, text_limit)
         stats.reanchored += text is not None
-        put(key, current[key], page.url if page is not None else None,
+        put(key, ver if page is not None else GONE, page.url if page is not None else None,
             page.fetched_at if page is not None else 0.0, text)
-    for key, ver, url, fetched, text in spilled(s.documents):
-        put(key, ver, url, fetched, text)
+    for path in s.spill.documents():
+        # a record written again since it was read is journaled at the version read:
+        # the next run reads it again (and a later file of this spill may hold it)
+        for doc in read_documents(path):
+            put(*doc)
+        written.append(path)
     for key_v in s.gone.tolist():
         put(bytes(key_v), GONE, None, 0.0, None)
     commit()
     s.versions.checkpoint()
+    s.spill.clear()
     writer.wait_merging_threads()
     s.index.reload()
+
+
+def _current(s: ShardIndex, key: bytes) -> int:
+    """MainDB's version of ``key`` now (-1: none); 0 after a compaction since the run
+    began: versions of another generation say nothing (the next run rebuilds)."""
+    gen, vers = s.store.versions_of(np.frombuffer(key, dtype="V16"))
+    return int(vers[0]) if gen == s.generation else 0
 
 
 __all__ = ["DEFAULT_BATCH", "DEFAULT_MEMORY", "IndexStats", "ShardIndex", "anchor_hash",

@@ -10,7 +10,7 @@ crawler.search.indexer in step over all of them:
 
 1. every actor reads its shard's changed records (in its node's worker processes) and
    returns the anchor lines of its links whose targets other shards own;
-2. the driver hands each actor the lines addressed to it, which go into its sorter
+2. the driver hands each actor the lines addressed to it, which go into its spill
    like its own;
 3. every actor merges its anchors and writes its index, and returns its counts.
 
@@ -157,11 +157,11 @@ class ShardIndexer:
             out[dest] = b"".join(parts)
         return out
 
-    def take(self, chunks: list[bytes]) -> None:
-        """Phase 2's input: the lines other shards' pages have for this one."""
-        for chunk in chunks:
-            for line in chunk.splitlines(keepends=True):
-                self.index.sorter.add(line)
+    def take(self, chunks: list[tuple[int, bytes]]) -> None:
+        """Phase 2's input: the lines other shards' pages have for this one, by the shard
+        they came from, into its spill (merged in ``write`` with its own)."""
+        for source, data in chunks:
+            self.index.spill.add_lines(self.index.spill.take_numbers(1), source, data)
 
     def write(self, batch: int, memory: int) -> dict[str, Any]:
         """Phases 2 and 3; the shard's counts. The actor is done after it."""
@@ -189,11 +189,11 @@ def index_on_ray(data_dir: str, address: str, *, batch: int = DEFAULT_BATCH,
         actors = _actors(data_dir, ShardIndexer, rebuild, text_limit, workers)
         log.info("indexing %d shard(s) on their nodes", len(actors))
         outgoing = _get([a.read.remote() for _, a in actors])
-        inbox: dict[int, list[bytes]] = {shard: [] for shard, _ in actors}
-        for lines in outgoing:
+        inbox: dict[int, list[tuple[int, bytes]]] = {shard: [] for shard, _ in actors}
+        for (source, _), lines in zip(actors, outgoing, strict=True):
             for dest, data in lines.items():
                 if dest in inbox and data:
-                    inbox[dest].append(data)
+                    inbox[dest].append((source, data))
         _get([a.take.remote(inbox[shard]) for shard, a in actors])
         counts = _get([a.write.remote(batch, memory) for _, a in actors])
     finally:

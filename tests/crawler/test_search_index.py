@@ -1,7 +1,9 @@
-"""The search index's promises beyond one clean run: kill -9 during ``index`` then again
-equals a clean build; a sharded crawl searches like a one-process crawl of the same web;
-one run at a time; a compacted MainDB rebuilds; the versions journal and its torn tail;
-kvstore's ``versions()`` that incremental indexing stands on."""
+"""The search index's promises beyond one clean run: kill -9 during ``index`` (while it
+writes, and while it reads: what was read is not read again) then again equals a clean
+build; a run stopped after reading or after merging anchor text goes on from there; a
+sharded crawl searches like a one-process crawl of the same web; one run at a time; a
+compacted MainDB rebuilds; the versions journal and its torn tail; kvstore's
+``versions()`` that incremental indexing stands on."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -24,10 +28,21 @@ from crawl_helpers import REPO, cli_args, run_cli, run_crawl, start_cli
 import kvstore
 from crawler.exceptions import DataDirError, URLError
 from crawler.read.listing import CrawlReader
+from crawler.read.pagetext import DEFAULT_TEXT_LIMIT
 from crawler.search import schema
-from crawler.search.indexer import MAX_ANCHOR_BYTES, SEPARATOR, ShardIndex, index_crawl
+from crawler.search.indexer import (
+    MAX_ANCHOR_BYTES,
+    SEPARATOR,
+    IndexStats,
+    ShardIndex,
+    index_crawl,
+    merge_anchors,
+    read_phase,
+)
 from crawler.search.query import Searcher
+from crawler.search.spill import SPILL_DIR, SPILLED_DIR, Spill
 from crawler.search.versions import DTYPE, JOURNAL, Versions
+from crawler.state.pages import decode_page, encode_page
 from crawler.web.urls import normalize, url_key
 from tools.testweb import SiteConfig, TestWeb
 
@@ -140,6 +155,114 @@ def test_kill_during_index_then_index_again_equals_a_clean_build(
     assert documents(killed) == want
     assert anchors(killed) == anchors(clean)
     assert results(killed) == results(clean)
+
+
+def spill_dir(data: Path) -> Path:
+    return Path(schema.search_dir(str(data))) / SPILL_DIR
+
+
+def test_kill_while_reading_keeps_what_was_read(crawled: Path, tmp_path: Path) -> None:
+    """A kill -9 in the reading phase: the next run reads only what the killed one had
+    not finished reading, and ends equal to a clean build."""
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    shutil.copytree(crawled, killed, ignore=shutil.ignore_patterns("search"))
+    shutil.copytree(crawled, clean, ignore=shutil.ignore_patterns("search"))
+    with kvstore.open(killed / "main", readonly=True) as main:
+        records = len(main)
+    journal = spill_dir(killed) / SPILLED_DIR / JOURNAL
+    proc = start_cli([sys.executable, "-c", "import sys; from crawler.search.indexer import "
+                      "index_crawl; index_crawl(sys.argv[1], workers=1, chunk=10)",
+                      str(killed)])
+    deadline = time.monotonic() + 120
+    while not (journal.exists() and journal.stat().st_size >= 3 * 10 * DTYPE.itemsize):
+        assert proc.poll() is None, "the index run ended before the kill"
+        assert time.monotonic() < deadline, "no task read in 120 s"
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    spill = Spill(schema.search_dir(str(killed)), 0)
+    read_before = len(spill)
+    spill.close()
+    assert 30 <= read_before < records
+    again = run_cli(["python", "-m", "crawler", "index", str(killed), "--quiet", "--json"])
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["read"] == records - read_before  # each record once
+    index_crawl(str(clean))
+    assert documents(killed) == documents(clean)
+    assert anchors(killed) == anchors(clean)
+    assert results(killed) == results(clean)
+    assert sorted(p.name for p in spill_dir(killed).iterdir()) == [SPILLED_DIR]
+
+
+def rewrite_body(data: Path, url: str, old: bytes, new: bytes) -> None:
+    with kvstore.open(data / "main") as main:
+        page = decode_page(main[url_key(url)])
+        assert old in page.body, url
+        main[url_key(url)] = encode_page(replace(page, body=page.body.replace(old, new, 1)))
+
+
+def html_pages(data: Path) -> list[str]:
+    with CrawlReader(str(data)) as reader:
+        return sorted(p.url for p in reader.pages() if p.status == 200 and p.body
+                      and b"<title>" in p.body and b"</p>" in p.body)
+
+
+def stopped_after(data: Path, phase: int) -> None:
+    """An index run of ``data`` (one shard) that stops as a kill would after ``phase``
+    (1: read, 2: anchors merged): its spill stays, nothing is written to the index."""
+    with CrawlReader(str(data)) as reader:
+        s = ShardIndex(0, reader.dirs[0], reader.stores[0], rebuild=False)
+        try:
+            read_phase(reader, [s], 1, IndexStats(), DEFAULT_TEXT_LIMIT, 1, 25, None, 0)
+            if phase >= 2:
+                merge_anchors(s)
+        finally:
+            s.close()
+
+
+def test_a_run_stopped_after_reading_goes_on_without_reading_again(
+        crawled: Path, tmp_path: Path) -> None:
+    data, clean = tmp_path / "data", tmp_path / "clean"
+    shutil.copytree(crawled, data, ignore=shutil.ignore_patterns("search"))
+    stopped_after(data, 1)
+    assert list(spill_dir(data).glob("documents-*")) and list(spill_dir(data).glob("lines-*"))
+    # a page changes after the stopped run read it
+    url = html_pages(data)[0]
+    rewrite_body(data, url, b"<title>", b"<title>zwoxenquil ")
+    shutil.copytree(data, clean, ignore=shutil.ignore_patterns("search"))
+    stats = index_crawl(str(data))
+    assert stats.read == 1  # the changed record alone
+    index_crawl(str(clean))
+    assert documents(data) == documents(clean) and anchors(data) == anchors(clean)
+    assert results(data) == results(clean)
+    with Searcher(str(data)) as s:
+        assert [h.url for h in s.search("zwoxenquil").hits] == [url]
+    assert index_crawl(str(data)).read == 0
+
+
+def test_a_run_stopped_after_merging_anchors_still_indexes_their_targets_again(
+        crawled: Path, tmp_path: Path) -> None:
+    """Phase 2 removes the lines it merged: the pages whose anchor text changed are
+    remembered in the spill, and the next run indexes them with it."""
+    data, clean = tmp_path / "data", tmp_path / "clean"
+    shutil.copytree(crawled, data, ignore=shutil.ignore_patterns("search"))
+    index_crawl(str(data))
+    source, target = html_pages(data)[:2]
+    link = f'<p><a href="{target}">glimbrosk vantaquil</a></p>'.encode()
+    rewrite_body(data, source, b"</p>", b"</p>" + link)
+    stopped_after(data, 2)
+    assert not list(spill_dir(data).glob("lines-*"))
+    spill = Spill(schema.search_dir(str(data)), 0)
+    assert spill.reanchor() == [url_key(target)]
+    spill.close()
+    stats = index_crawl(str(data))
+    assert stats.read == 0 and stats.reanchored == 1
+    shutil.copytree(data, clean, ignore=shutil.ignore_patterns("search"))
+    index_crawl(str(clean))
+    for d in (data, clean):
+        with Searcher(str(d)) as s:
+            assert [h.url for h in s.search("anchors:glimbrosk").hits] == [target]
+    assert documents(data) == documents(clean) and anchors(data) == anchors(clean)
 
 
 def test_worker_processes_build_the_same_index(crawled: Path, tmp_path: Path) -> None:

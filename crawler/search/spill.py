@@ -1,0 +1,181 @@
+"""What an ``index`` run has read but not yet written, kept across runs: what makes a
+long run resumable (crawler.search.indexer). At 20M pages the reading phase alone
+takes hours; a kill in it no longer loses what was read.
+
+In the shard's search directory, ``spill/`` holds:
+
+- ``documents-S-NNNNNNNNNN.gz``: one finished reading task's documents (crawler.search.
+  reading: a pickled tuple a record, gzip level 1: a third of the plain pickles' size),
+  numbered in the order they were read, across runs;
+- ``lines-D-S-NNNNNNNNNN``: the anchor lines of that task's links whose targets shard D
+  owns (moved into D's spill when D is another shard of the run);
+- ``spilled/``: a crawler.search.versions table of the (key, version) of every record
+  in a finished task. The next run does not read such a record again at that version;
+- ``reanchor.bin``: 16-byte keys of pages to index again for their new anchor text.
+
+Order of writes, so that a kill -9 anywhere loses at most the task under way: a task's
+files are written and fsynced, then its records are journaled in ``spilled/`` (phase
+1); the anchor lines are merged into the anchor store, which is flushed, then the keys
+to re-index are appended to ``reanchor.bin`` and fsynced, and only then the lines files
+are removed (phase 2: merging twice is a set union, so a kill between is harmless); a
+documents file is removed after the index commit that holds its last document (phase
+3: writing a document twice replaces it). At the end of a run the spill is emptied.
+
+Thread safety: one writer (the index lock).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import re
+import shutil
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from .versions import Versions
+
+SPILL_DIR = "spill"
+SPILLED_DIR = "spilled"
+REANCHOR = "reanchor.bin"
+_DOCUMENTS = re.compile(r"documents-(\d+)-(\d{10})\.gz")
+_LINES = re.compile(r"lines-(\d+)-(\d+)-(\d{10})")
+
+
+def documents_name(shard: int, number: int) -> str:
+    return f"documents-{shard}-{number:010d}.gz"
+
+
+def lines_name(dest: int, shard: int, number: int) -> str:
+    return f"lines-{dest}-{shard}-{number:010d}"
+
+
+@contextmanager
+def documents_file(path: str) -> Iterator[Callable[[object], None]]:
+    """Write a task's documents: the function given takes one; durable on exit."""
+    with open(path, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as out:
+            yield lambda record: pickle.dump(record, out, pickle.HIGHEST_PROTOCOL)
+        raw.flush()
+        os.fsync(raw.fileno())
+
+
+def read_documents(path: str) -> Iterator[Any]:
+    with gzip.open(path, "rb") as f:
+        while True:
+            try:
+                yield pickle.load(f)  # noqa: S301 (our own files: write_documents)
+            except EOFError:
+                return
+
+
+def fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Spill:
+    """One shard's spill directory."""
+
+    def __init__(self, search_dir: str, shard: int) -> None:
+        self.dir = os.path.join(search_dir, SPILL_DIR)
+        self.shard = shard
+        os.makedirs(os.path.join(self.dir, SPILLED_DIR), exist_ok=True)
+        self.spilled = Versions(os.path.join(self.dir, SPILLED_DIR))
+        numbers = [int(m.group(2)) for m in map(_DOCUMENTS.fullmatch, os.listdir(self.dir))
+                   if m is not None]
+        self._next = max(numbers, default=-1) + 1
+
+    def __len__(self) -> int:
+        """Records read by earlier runs and not yet written (an upper bound: some may be
+        written already, their files not yet removed)."""
+        return len(self.spilled)
+
+    def take_numbers(self, n: int) -> int:
+        """The first of ``n`` new task numbers (later than every file here)."""
+        first, self._next = self._next, self._next + n
+        return first
+
+    def changed(self, keys: np.ndarray, vers: np.ndarray) -> np.ndarray:
+        """Which of a snapshot's keys (V16) are not spilled at their version."""
+        return self.spilled.changed(keys, vers)
+
+    def holds(self, keys: np.ndarray) -> np.ndarray:
+        """Which of ``keys`` (V16) phase 3 writes anyway (spilled at some version)."""
+        held: np.ndarray = self.spilled.lookup(keys)[0] >= 0
+        return held
+
+    def record(self, keys: bytes, versions: Iterable[int]) -> None:
+        """A finished task's records (16-byte keys, their versions): not read again."""
+        self.spilled.record((keys[i * 16:(i + 1) * 16], ver, 0)
+                            for i, ver in enumerate(versions))
+
+    def adopt(self, path: str) -> None:
+        """Move a lines file another shard's task wrote for this shard in here."""
+        target = os.path.join(self.dir, os.path.basename(path))
+        shutil.move(path, target)  # a rename on one filesystem
+        fsync_file(target)
+
+    def add_lines(self, number: int, source: int, data: bytes) -> None:
+        """Anchor lines from another node's shard (``index --ray``), durable."""
+        path = os.path.join(self.dir, lines_name(self.shard, source, number))
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _named(self, pattern: re.Pattern[str], dest: int | None = None) -> list[str]:
+        out = []
+        for name in sorted(os.listdir(self.dir)):
+            m = pattern.fullmatch(name)
+            if m is not None and (dest is None or int(m.group(1)) == dest):
+                out.append(os.path.join(self.dir, name))
+        return out
+
+    def lines(self) -> list[str]:
+        """The lines files for this shard's targets."""
+        return self._named(_LINES, self.shard)
+
+    def documents(self) -> list[str]:
+        """The documents files, in the order they were read."""
+        return self._named(_DOCUMENTS)  # (the names sort in that order)
+
+    def add_reanchor(self, keys: list[bytes]) -> None:
+        if not keys:
+            return
+        with open(os.path.join(self.dir, REANCHOR), "ab") as f:
+            f.write(b"".join(keys))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def reanchor(self) -> list[bytes]:
+        """The distinct keys to index again for their anchor text, in key order."""
+        try:
+            with open(os.path.join(self.dir, REANCHOR), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        data = data[:len(data) - len(data) % 16]  # a torn tail: appended again next time
+        return [bytes(k) for k in np.unique(np.frombuffer(data, dtype="V16")).tolist()]
+
+    def clear(self) -> None:
+        """Everything written: start the next run empty."""
+        self.spilled.close()
+        shutil.rmtree(self.dir)
+        os.makedirs(os.path.join(self.dir, SPILLED_DIR))
+        self.spilled = Versions(os.path.join(self.dir, SPILLED_DIR))
+        self._next = 0
+
+    def close(self) -> None:
+        self.spilled.close()
+
+
+__all__ = ["REANCHOR", "SPILLED_DIR", "SPILL_DIR", "Spill", "documents_name", "lines_name",
+           "documents_file", "fsync_file", "read_documents"]
