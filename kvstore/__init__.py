@@ -31,6 +31,7 @@ from ._store import (
     Store,
 )
 from ._verify import Damage, VerifyReport
+from ._versionreader import VersionReader
 
 __all__ = [
     "BACKEND",
@@ -48,6 +49,7 @@ __all__ = [
     "StoreStats",
     "TornTail",
     "VerifyReport",
+    "VersionReader",
     "exceptions",
     "md5_key",
     "open",

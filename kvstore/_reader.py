@@ -21,6 +21,7 @@ from ._fallback import REMAP_SLACK
 from .exceptions import CorruptStoreError
 
 if TYPE_CHECKING:
+    from ._datafiles import DataFiles
     from ._open import _Generation
 
 
@@ -32,7 +33,7 @@ def read_value(g: _Generation, off: int, key: bytes) -> bytes:
     if off >= base:
         rel = off - base
         head = bytes(buf[rel : rel + hsize])
-        length = _record_length(g, head, off)
+        length = _record_length(files, head, off)
         value = bytes(buf[rel + hsize : rel + hsize + length])
     else:
         mm, mlen = files.mm
@@ -40,21 +41,31 @@ def read_value(g: _Generation, off: int, key: bytes) -> bytes:
             mm, mlen = files.remap(base)
         if off + hsize <= mlen and mm is not None:
             head = mm[off : off + hsize]
-            length = _record_length(g, head, off)
+            length = _record_length(files, head, off)
             end = off + hsize + length
             if end <= mlen:
                 value = mm[off + hsize : end]
             else:
                 value = os.pread(files.val_fd, length, off + hsize)
         else:
-            head = os.pread(files.val_fd, hsize + 4096, off)
-            length = _record_length(g, head, off)
-            value = head[hsize : hsize + length]
-            if len(value) < length:
-                value += os.pread(files.val_fd, length - len(value), off + hsize + len(value))
-            head = head[:hsize]
-    _check_crc(g, head, value, length, off)
-    _check_owner(g, head, key, off)
+            return read_at(files, off, key)
+    _check_crc(files, head, value, length, off)
+    _check_owner(files, head, key, off)
+    return value
+
+
+def read_at(files: DataFiles, off: int, key: bytes) -> bytes:
+    """The value of ``key``'s record at VAL offset ``off`` of ``files``, read from the
+    file (one pread; two for a value over 4 KiB) and checked as a get checks it."""
+    hsize = files.record_header_size
+    head = os.pread(files.val_fd, hsize + 4096, off)
+    length = _record_length(files, head, off)
+    value = head[hsize : hsize + length]
+    if len(value) < length:
+        value += os.pread(files.val_fd, length - len(value), off + hsize + len(value))
+    head = head[:hsize]
+    _check_crc(files, head, value, length, off)
+    _check_owner(files, head, key, off)
     return value
 
 
@@ -77,48 +88,48 @@ def read_prefix(g: _Generation, off: int, key: bytes, n: int) -> bytes:
     else:  # records before ``base`` are in the file: flush writes before it moves base
         if n > _ONE_READ_MAX:  # pread allocates n bytes first: learn the length before
             head = os.pread(g.files.val_fd, hsize, off)
-            n = min(n, _record_length(g, head, off))
+            n = min(n, _record_length(g.files, head, off))
         chunk = os.pread(g.files.val_fd, hsize + n, off)
     head = chunk[:hsize]
-    length = _record_length(g, head, off)
+    length = _record_length(g.files, head, off)
     value = chunk[hsize : hsize + min(n, length)]
     if n >= length:  # the whole value: checked exactly as a get checks it
-        _check_crc(g, head, value, length, off)
+        _check_crc(g.files, head, value, length, off)
     elif len(value) < n:
         raise CorruptStoreError(g.files.val_path, off, "value record runs past the end of the file")
-    _check_owner(g, head, key, off)
+    _check_owner(g.files, head, key, off)
     return value
 
 
-def _check_crc(g: _Generation, head: bytes, value: bytes, length: int, off: int) -> None:
+def _check_crc(files: DataFiles, head: bytes, value: bytes, length: int, off: int) -> None:
     _, crc = fmt.VAL_HEADER.unpack_from(head)
-    if g.keyed:
+    if files.keyed:
         intact = len(value) == length and fmt.keyed_crc(length, head[8:], value) == crc
     else:
         intact = len(value) == length and zlib.crc32(value) == crc
     if not intact:
-        raise CorruptStoreError(g.files.val_path, off, "value record fails its CRC check")
+        raise CorruptStoreError(files.val_path, off, "value record fails its CRC check")
 
 
-def _check_owner(g: _Generation, head: bytes, key: bytes, off: int) -> None:
+def _check_owner(files: DataFiles, head: bytes, key: bytes, off: int) -> None:
     """A keyed record must name ``key``: a damaged KEY offset may lead to another key's."""
-    if g.keyed and head[8:] != key:
+    if files.keyed and head[8:] != key:
         raise CorruptStoreError(
-            g.files.val_path,
+            files.val_path,
             off,
             f"the value record there belongs to key {head[8:].hex()}, not to {key.hex()} "
             "(a damaged KEY record?); python -m kvstore verify lists the damage",
         )
 
 
-def _record_length(g: _Generation, head: bytes, off: int) -> int:
+def _record_length(files: DataFiles, head: bytes, off: int) -> int:
     """The value length a record header states; raises if there is no value record."""
-    hsize = fmt.RECORD_HEADER_SIZE if g.keyed else fmt.VAL_HEADER_SIZE
+    hsize = files.record_header_size
     if len(head) < hsize:
-        raise CorruptStoreError(g.files.val_path, off, "value record is past the end of the file")
+        raise CorruptStoreError(files.val_path, off, "value record is past the end of the file")
     length, _ = fmt.VAL_HEADER.unpack_from(head)
-    if g.keyed and length == fmt.DELETED:
+    if files.keyed and length == fmt.DELETED:
         raise CorruptStoreError(
-            g.files.val_path, off, "the record there is a deletion, not a value"
+            files.val_path, off, "the record there is a deletion, not a value"
         )
     return int(length)

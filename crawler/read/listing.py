@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from functools import partial
 
@@ -167,21 +167,33 @@ class CrawlReader:
         (skipped with a warning; ``strict`` raises DataDirError)."""
         store = self.stores[shard]
         assert store is not None
-        try:
+
+        def read() -> PageRecord:
             if not with_body:  # the header and links only: the record's first KiBs
                 return read_page_head(partial(store.get_prefix, key), with_links=True)
             return decode_page(store[key])
-        except KeyError:  # cannot happen in MainDB (nothing is deleted), but harmless
-            return None
-        except (kvstore.exceptions.CorruptStoreError, CrawlerError, ValueError, TypeError,
-                zlib.error) as exc:
-            # ValueError covers bad JSON and UTF-8; TypeError unknown fields; zlib.error a bad body.
-            message = f"{self._names[shard]}: record {key.hex()} is damaged: {exc}"
-            if self.strict:
-                raise DataDirError(message) from exc
-            self.skipped += 1
-            log.warning("%s (skipped)", message)
-            return None
+
+        page, damaged = load_record(read, self._names[shard], key, strict=self.strict)
+        self.skipped += damaged
+        return page
+
+
+def load_record(read: Callable[[], PageRecord], name: str, key: bytes, *,
+                strict: bool) -> tuple[PageRecord | None, bool]:
+    """(``read()``, False); (None, False) for a key with no record; (None, True) for a
+    damaged record, with a warning naming store ``name`` (``strict``: DataDirError)."""
+    try:
+        return read(), False
+    except KeyError:  # cannot happen in MainDB (nothing is deleted), but harmless
+        return None, False
+    except (kvstore.exceptions.CorruptStoreError, CrawlerError, ValueError, TypeError,
+            zlib.error) as exc:
+        # ValueError covers bad JSON and UTF-8; TypeError unknown fields; zlib.error a bad body.
+        message = f"{name}: record {key.hex()} is damaged: {exc}"
+        if strict:
+            raise DataDirError(message) from exc
+        log.warning("%s (skipped)", message)
+        return None, True
 
 
 # -- pure formatting ----------------------------------------------------------------------
@@ -285,6 +297,7 @@ __all__ = [
     "body_text",
     "describe",
     "host_filter",
+    "load_record",
     "is_text",
     "iso_time",
     "matches",

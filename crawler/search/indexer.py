@@ -61,7 +61,7 @@ from ..state.jsonfile import read_json, write_json
 from ..web.urls import host_of, url_key
 from . import schema
 from .reading import CHUNK, default_workers, indexable, run_tasks, tasks
-from .spill import Spill, read_documents
+from .spill import Spill, read_documents, read_lines
 from .versions import GONE, Versions
 
 log = logging.getLogger(__name__)
@@ -240,8 +240,8 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
                          f"{len(s.todo_keys):,}", f"{len(s.gone):,}",
                          f", {len(s.spill):,} read by an earlier run" if len(s.spill) else "",
                          " (rebuilding)" if s.rebuilt else "")
-            pooled_skips, _ = read_phase(reader, live, count, stats, text_limit,
-                                         workers or default_workers(), chunk, progress, total)
+            read_skips, _ = read_phase(live, count, stats, text_limit,
+                                       workers or default_workers(), chunk, progress, total)
             for s in live:  # 2. anchors
                 merge_anchors(s)
             for s in live:  # 3. write
@@ -251,31 +251,30 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
             for shard in shards:
                 if shard is not None:
                     shard.close()
-        stats.skipped = reader.skipped + pooled_skips
+        stats.skipped = reader.skipped + read_skips
     stats.seconds = time.monotonic() - started
     log.info("%s", stats.summary())
     return stats
 
 
-def read_phase(reader: CrawlReader, live: list[ShardIndex], count: int, stats: IndexStats,
-               text_limit: int, workers: int, chunk: int, progress: Progress | None,
-               total: int, *, owners: frozenset[int] | None = None,
-               ) -> tuple[int, dict[int, list[str]]]:
+def read_phase(live: list[ShardIndex], count: int, stats: IndexStats, text_limit: int,
+               workers: int, chunk: int, progress: Progress | None, total: int, *,
+               owners: frozenset[int] | None = None) -> tuple[int, dict[int, list[str]]]:
     """Phase 1 (crawler.search.reading) for every shard of ``live``: their documents and
-    anchor lines go to their spills. Returns the damaged records the worker processes
-    skipped (the reader counts its own) and the files of anchor lines for the shards of
-    ``owners`` (default: ``live``'s) that are not ``live`` (on Ray: other nodes'
-    shards), which the caller removes."""
+    anchor lines go to their spills. Returns the damaged records skipped and the files
+    of anchor lines for the shards of ``owners`` (default: ``live``'s) that are not
+    ``live`` (on Ray: other nodes' shards), which the caller removes."""
     owners = owners if owners is not None else frozenset(s.shard for s in live)
     by_shard = {s.shard: s for s in live}
     todo = (t for s in live for t in tasks(
         s.shard, s.todo_keys, s.todo_vers, s.spill.dir, count, owners, text_limit, chunk,
         first=s.spill.take_numbers(-(-len(s.todo_keys) // chunk))))
-    done = pooled_skips = 0
+    done = skipped = 0
     foreign: dict[int, list[str]] = {}
-    for task, part in run_tasks(todo, reader, workers):
+    stores = {s.shard: (s.store.path, s.generation) for s in live}
+    for task, part in run_tasks(todo, stores, workers):
         stats.read += part.read
-        pooled_skips += part.skipped if part.pooled else 0
+        skipped += part.skipped
         for dest, path in part.lines.items():
             if dest not in by_shard:
                 foreign.setdefault(dest, []).append(path)
@@ -286,7 +285,7 @@ def read_phase(reader: CrawlReader, live: list[ShardIndex], count: int, stats: I
         done += part.read
         if progress is not None:
             progress(done, total)
-    return pooled_skips, foreign
+    return skipped, foreign
 
 
 def merge_anchors(s: ShardIndex) -> None:
@@ -295,9 +294,8 @@ def merge_anchors(s: ShardIndex) -> None:
     pages to index again."""
     lines = s.spill.lines()
     for path in lines:
-        with open(path, "rb") as f:
-            for line in f:
-                s.sorter.add(line)
+        for line in read_lines(path):
+            s.sorter.add(line)
     stale: list[bytes] = []
     group: list[tuple[bytes, int]] = []
     for key, texts in _grouped(s.sorter.sorted()):

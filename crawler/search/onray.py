@@ -140,12 +140,12 @@ class ShardIndexer:
         self.text_limit, self.workers = text_limit, workers or default_workers()
         self.index = ShardIndex(shard, self.reader.dirs[shard], store, rebuild=rebuild)
         self.stats = IndexStats(shards=1, rebuilt=int(self.index.rebuilt))
-        self.pooled_skips = 0
+        self.read_skips = 0
 
     def read(self) -> dict[int, bytes]:
         """Phase 1: the anchor lines for the other shards, by shard."""
-        self.pooled_skips, foreign = read_phase(
-            self.reader, [self.index], self.count, self.stats, self.text_limit, self.workers,
+        self.read_skips, foreign = read_phase(
+            [self.index], self.count, self.stats, self.text_limit, self.workers,
             CHUNK, None, len(self.index.todo_keys), owners=frozenset(range(self.count)))
         out = {}
         for dest, paths in foreign.items():
@@ -172,7 +172,7 @@ class ShardIndexer:
             self.stats.documents = self.index.index.searcher().num_docs
         finally:
             self.index.close()
-            self.stats.skipped = self.reader.skipped + self.pooled_skips
+            self.stats.skipped = self.reader.skipped + self.read_skips
             self.reader.close()
         return dataclasses.asdict(self.stats)
 

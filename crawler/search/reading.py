@@ -3,8 +3,9 @@ their pages say, in worker processes.
 
 Reading a page (resiliparse's parse and main-content extraction, the SimHash, the
 links) is CPU work that holds the GIL in part, so a run spreads it over processes: the
-records to read, in file order, are cut into tasks of :data:`CHUNK`; each worker opens
-the crawl read-only once and, for each task, writes two kinds of files into the shard's
+records to read, in file order, are cut into tasks of :data:`CHUNK`; each worker reads
+them at the versions MainDB's snapshot gave (VersionPages: no key index in a worker)
+and, for each task, writes two kinds of files into the shard's
 spill (crawler.search.spill): the *documents* (one pickled tuple per record, what phase
 3 adds to the index; a record that is not an indexable page is there too, so its
 version is journaled) and, per shard owning the targets, the *anchor lines* of its links
@@ -19,6 +20,7 @@ Thread safety: a task touches only its own files.
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import multiprocessing
 import os
@@ -29,13 +31,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import kvstore
+
 from ..exceptions import URLError
-from ..read.listing import CrawlReader
+from ..read.listing import load_record
 from ..read.pagetext import PageText, page_text
-from ..state.pages import NOFOLLOW, PageRecord
+from ..state.pages import NOFOLLOW, PageRecord, decode_page
 from ..state.shards import owner
 from ..web.urls import host_of, normalize, url_key
-from .spill import documents_file, documents_name, fsync_file, lines_name
+from .spill import documents_file, documents_name, fsync_file, lines_name, open_lines
 
 CHUNK = 1_000  # records a task
 IN_FLIGHT = 4  # tasks handed to a worker process ahead of the one it reads
@@ -52,7 +56,6 @@ class Part:
     lines: dict[int, str] = field(default_factory=dict)  # owning shard -> its lines file
     read: int = 0
     skipped: int = 0  # damaged records
-    pooled: bool = False  # read in a worker process (its reader's count is not the caller's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,16 +101,42 @@ def anchor_lines(page: PageRecord, text: PageText, count: int,
             yield dest, key.hex().encode("ascii") + b"\t" + words.encode("utf-8") + b"\n"
 
 
-def read_task(task: Task, reader: CrawlReader) -> Part:
+class VersionPages:
+    """Page records by (shard, key, version): MainDB's files read at the versions a
+    snapshot gave (kvstore.VersionReader), with no key index in memory, which opening
+    MainDB would load (~0.6 GB a process at 21M pages). ``stores``: shard -> (MainDB's
+    path, the snapshot's generation)."""
+
+    def __init__(self, stores: dict[int, tuple[str, int]]) -> None:
+        self.stores = stores
+        self.readers: dict[int, kvstore.VersionReader] = {}
+        self.skipped = 0  # damaged records skipped so far
+
+    def load(self, shard: int, key: bytes, version: int) -> PageRecord | None:
+        reader = self.readers.get(shard)
+        if reader is None:
+            path, generation = self.stores[shard]
+            reader = self.readers[shard] = kvstore.VersionReader(path, generation)
+        page, damaged = load_record(lambda: decode_page(reader.get(key, version)),
+                                    reader.path, key, strict=False)
+        self.skipped += damaged
+        return page
+
+    def close(self) -> None:
+        for reader in self.readers.values():
+            reader.close()
+
+
+def read_task(task: Task, pages: VersionPages) -> Part:
     """Read a task's records into its files; every file is durable when this returns."""
     part = Part(os.path.join(task.spill, documents_name(task.shard, task.number)))
-    outs: dict[int, object] = {}
-    skipped = reader.skipped
+    outs: dict[int, gzip.GzipFile] = {}
+    skipped = pages.skipped
     try:
         with documents_file(part.documents) as dump:
             for i, ver in enumerate(task.versions):
                 key = task.keys[i * 16:(i + 1) * 16]
-                page = reader.load(task.shard, key)
+                page = pages.load(task.shard, key, ver)
                 part.read += 1
                 text = None if page is None else indexable(page, task.text_limit)
                 if page is None or text is None:
@@ -119,31 +148,29 @@ def read_task(task: Task, reader: CrawlReader) -> Part:
                     if out is None:
                         path = os.path.join(task.spill, lines_name(dest, task.shard,
                                                                    task.number))
-                        out = outs[dest] = open(path, "wb")  # noqa: SIM115 (closed below)
+                        out = outs[dest] = open_lines(path)
                         part.lines[dest] = path
-                    out.write(line)  # type: ignore[attr-defined]
+                    out.write(line)
     finally:
         for out in outs.values():
-            out.close()  # type: ignore[attr-defined]
+            out.close()
     for path in part.lines.values():
         fsync_file(path)
-    part.skipped = reader.skipped - skipped
+    part.skipped = pages.skipped - skipped
     return part
 
 
-_worker_reader: CrawlReader | None = None
+_worker_pages: VersionPages | None = None
 
 
-def _worker_init(data_dir: str) -> None:
-    global _worker_reader
-    _worker_reader = CrawlReader(data_dir)
+def _worker_init(stores: dict[int, tuple[str, int]]) -> None:
+    global _worker_pages
+    _worker_pages = VersionPages(stores)
 
 
 def _worker_task(task: Task) -> Part:
-    assert _worker_reader is not None
-    part = read_task(task, _worker_reader)
-    part.pooled = True
-    return part
+    assert _worker_pages is not None
+    return read_task(task, _worker_pages)
 
 
 def tasks(shard: int, keys: np.ndarray, versions: np.ndarray, spill: str, count: int,
@@ -156,20 +183,24 @@ def tasks(shard: int, keys: np.ndarray, versions: np.ndarray, spill: str, count:
                    tuple(versions[i:i + chunk].tolist()), spill, count, live, text_limit)
 
 
-def run_tasks(todo: Iterable[Task], reader: CrawlReader,
+def run_tasks(todo: Iterable[Task], stores: dict[int, tuple[str, int]],
               workers: int) -> Iterator[tuple[Task, Part]]:
     """Every task and what it made, in order, as each is done. In ``workers``
-    processes, or here (``reader``) when one is asked or there is one task."""
+    processes, or here when one is asked or there is one task. ``stores``: as
+    VersionPages takes them."""
     todo = iter(todo)
     head = list(itertools.islice(todo, 2))
     if workers <= 1 or len(head) <= 1:
-        for task in itertools.chain(head, todo):
-            yield task, read_task(task, reader)
+        pages = VersionPages(stores)
+        try:
+            for task in itertools.chain(head, todo):
+                yield task, read_task(task, pages)
+        finally:
+            pages.close()
         return
     context = multiprocessing.get_context("spawn")  # no fork of a process with threads
     with ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                             initializer=_worker_init,
-                             initargs=(reader.data_dir,)) as pool:
+                             initializer=_worker_init, initargs=(stores,)) as pool:
         waiting: deque[tuple[Task, Future[Part]]] = deque()
         try:
             for task in itertools.chain(head, todo):
@@ -190,4 +221,4 @@ def default_workers() -> int:
 
 
 __all__ = ["CHUNK", "IN_FLIGHT", "Part", "Spilled", "Task", "anchor_lines", "default_workers",
-           "indexable", "read_task", "run_tasks", "tasks"]
+           "indexable", "read_task", "run_tasks", "tasks", "VersionPages"]

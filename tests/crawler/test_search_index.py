@@ -213,7 +213,7 @@ def stopped_after(data: Path, phase: int) -> None:
     with CrawlReader(str(data)) as reader:
         s = ShardIndex(0, reader.dirs[0], reader.stores[0], rebuild=False)
         try:
-            read_phase(reader, [s], 1, IndexStats(), DEFAULT_TEXT_LIMIT, 1, 25, None, 0)
+            read_phase([s], 1, IndexStats(), DEFAULT_TEXT_LIMIT, 1, 25, None, 0)
             if phase >= 2:
                 merge_anchors(s)
         finally:
