@@ -265,6 +265,32 @@ def test_a_run_stopped_after_merging_anchors_still_indexes_their_targets_again(
     assert documents(data) == documents(clean) and anchors(data) == anchors(clean)
 
 
+def test_a_damaged_record_is_skipped_and_the_rest_indexed(crawled: Path,
+                                                          tmp_path: Path) -> None:
+    """The reading workers read MainDB by version, without its index: a record that
+    fails its CRC is skipped and counted, in a worker process or not, and the others are
+    indexed as in an undamaged crawl."""
+    clean = tmp_path / "clean"
+    shutil.copytree(crawled, clean, ignore=shutil.ignore_patterns("search"))
+    index_crawl(str(clean))
+    url = html_pages(clean)[0]
+    with kvstore.open(clean / "main", readonly=True) as main:
+        gen, version = main.versions_of([url_key(url)])
+    for workers in (1, 2):
+        data = tmp_path / f"damaged-{workers}"
+        shutil.copytree(crawled, data, ignore=shutil.ignore_patterns("search"))
+        with open(data / "main" / f"data-{gen:06d}.val", "r+b") as f:
+            f.seek(int(version[0]) + 24 + 40)  # 24: a keyed record's header (FORMAT.md)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        stats = index_crawl(str(data), workers=workers, chunk=37)
+        assert stats.skipped == 1, workers
+        want = documents(clean)
+        del want[url_key(url).hex()]
+        assert documents(data) == want
+
+
 def test_worker_processes_build_the_same_index(crawled: Path, tmp_path: Path) -> None:
     pooled, alone = tmp_path / "pooled", tmp_path / "alone"
     for d in (pooled, alone):
