@@ -20,10 +20,10 @@ Thread safety: a task touches only its own files.
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import multiprocessing
 import os
+import pickle
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -39,7 +39,7 @@ from ..read.pagetext import PageText, page_text
 from ..state.pages import NOFOLLOW, PageRecord, decode_page
 from ..state.shards import owner
 from ..web.urls import host_of, normalize, url_key
-from .spill import documents_file, documents_name, fsync_file, lines_name, open_lines
+from .spill import documents_name, lines_name, write_file
 
 CHUNK = 1_000  # records a task
 IN_FLIGHT = 4  # tasks handed to a worker process ahead of the one it reads
@@ -90,13 +90,20 @@ def anchor_lines(page: PageRecord, text: PageText, count: int,
     # flag, as the crawler followed it); such links vouch for nothing
     nofollow = {key for key, flags in page.link_list() if flags & NOFOLLOW}
     base = text.base or page.final_url or page.url
+    owners: dict[str, int] = {}  # host -> its shard: a page's links share few hosts
     for href, words in text.links:
         try:
             target = normalize(href, base)
         except URLError:
             continue  # another scheme, a bad host, too long: not a page of a crawl
         key = url_key(target)
-        dest = owner(host_of(target), count) if count > 1 else 0
+        if count > 1:
+            host = host_of(target)
+            dest = owners.get(host, -1)
+            if dest < 0:
+                dest = owners[host] = owner(host, count)
+        else:
+            dest = 0
         if key != own and key not in nofollow and dest in live:
             yield dest, key.hex().encode("ascii") + b"\t" + words.encode("utf-8") + b"\n"
 
@@ -130,32 +137,25 @@ class VersionPages:
 def read_task(task: Task, pages: VersionPages) -> Part:
     """Read a task's records into its files; every file is durable when this returns."""
     part = Part(os.path.join(task.spill, documents_name(task.shard, task.number)))
-    outs: dict[int, gzip.GzipFile] = {}
+    docs: list[bytes] = []
+    lines: dict[int, list[bytes]] = {}  # owning shard -> lines
     skipped = pages.skipped
-    try:
-        with documents_file(part.documents) as dump:
-            for i, ver in enumerate(task.versions):
-                key = task.keys[i * 16:(i + 1) * 16]
-                page = pages.load(task.shard, key, ver)
-                part.read += 1
-                text = None if page is None else indexable(page, task.text_limit)
-                if page is None or text is None:
-                    dump((key, ver, None, 0.0, None))
-                    continue
-                dump((key, ver, page.url, page.fetched_at, text))
-                for dest, line in anchor_lines(page, text, task.count, task.live):
-                    out = outs.get(dest)
-                    if out is None:
-                        path = os.path.join(task.spill, lines_name(dest, task.shard,
-                                                                   task.number))
-                        out = outs[dest] = open_lines(path)
-                        part.lines[dest] = path
-                    out.write(line)
-    finally:
-        for out in outs.values():
-            out.close()
-    for path in part.lines.values():
-        fsync_file(path)
+    for i, ver in enumerate(task.versions):
+        key = task.keys[i * 16:(i + 1) * 16]
+        page = pages.load(task.shard, key, ver)
+        part.read += 1
+        text = None if page is None else indexable(page, task.text_limit)
+        if page is None or text is None:
+            docs.append(pickle.dumps((key, ver, None, 0.0, None), pickle.HIGHEST_PROTOCOL))
+            continue
+        docs.append(pickle.dumps((key, ver, page.url, page.fetched_at, text),
+                                 pickle.HIGHEST_PROTOCOL))
+        for dest, line in anchor_lines(page, text, task.count, task.live):
+            lines.setdefault(dest, []).append(line)
+    write_file(part.documents, docs)
+    for dest, chunk in lines.items():
+        part.lines[dest] = os.path.join(task.spill, lines_name(dest, task.shard, task.number))
+        write_file(part.lines[dest], chunk)
     part.skipped = pages.skipped - skipped
     return part
 

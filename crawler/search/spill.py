@@ -32,8 +32,7 @@ import os
 import pickle
 import re
 import shutil
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -55,19 +54,14 @@ def lines_name(dest: int, shard: int, number: int) -> str:
     return f"lines-{dest}-{shard}-{number:010d}.gz"
 
 
-@contextmanager
-def documents_file(path: str) -> Iterator[Callable[[object], None]]:
-    """Write a task's documents: the function given takes one; durable on exit."""
-    with open(path, "wb") as raw:
-        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as out:
-            yield lambda record: pickle.dump(record, out, pickle.HIGHEST_PROTOCOL)
-        raw.flush()
-        os.fsync(raw.fileno())
-
-
-def open_lines(path: str) -> gzip.GzipFile:
-    """A lines file to write (fsync it after closing: ``fsync_file``)."""
-    return gzip.GzipFile(path, mode="wb", compresslevel=1, mtime=0)
+def write_file(path: str, chunks: list[bytes]) -> None:
+    """A task's documents (pickles) or lines, gzipped in one call (a write a line or a
+    document cost ~10% of a run in gzip's Python layer), durable when this returns."""
+    data = gzip.compress(b"".join(chunks), compresslevel=1, mtime=0)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def read_lines(path: str) -> Iterator[bytes]:
@@ -190,5 +184,5 @@ class Spill:
 
 
 __all__ = ["REANCHOR", "SPILLED_DIR", "SPILL_DIR", "Spill", "documents_name", "lines_name",
-           "documents_file", "fsync_file", "open_lines", "read_documents",
-           "read_lines"]
+           "read_documents", "read_lines",
+           "write_file"]
