@@ -104,8 +104,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CrawlerError(write_error("cannot write the search index", exc)) from exc
     except KeyboardInterrupt:
-        print("crawler: index interrupted: the pages committed are kept; run it again to "
-              "finish", file=sys.stderr)
+        print("crawler: index interrupted: the pages read and the pages committed are kept; "
+              "run it again to go on from there", file=sys.stderr)
         return INTERRUPTED
     try:
         if args.json:
