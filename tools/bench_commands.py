@@ -15,7 +15,7 @@ report, the JSONL, scratch space for the graph): its size is reported, then it i
 removed unless ``--keep``. ``rank`` stores its ranks in the crawl directory and
 ``index`` builds the crawl's search index there (as a user's run would). A command
 past ``--timeout`` seconds is stopped and reported as such: ``index`` at 20M pages
-takes hours; it keeps what it committed, and the next run goes on from there.
+takes hours; it keeps what it read and committed, and the next run goes on from there.
 Results: ``--out`` (JSON) and a table on stdout; each command's stderr in ``--work``.
 """
 

@@ -293,6 +293,8 @@ def merge_anchors(s: ShardIndex) -> None:
     anchor text now differs from what they were indexed with go to the spill's list of
     pages to index again."""
     lines = s.spill.lines()
+    log.info("shard %d: merging the anchor text of %s files of links", s.shard,
+             f"{len(lines):,}")  # (minutes at millions of pages: say what is going on)
     for path in lines:
         for line in read_lines(path):
             s.sorter.add(line)
@@ -309,6 +311,8 @@ def merge_anchors(s: ShardIndex) -> None:
             group = []
     stale += _indexed_with_other_anchors(s, group)
     s.anchors.flush()
+    log.info("shard %d: %s links merged; %s pages to index again for their anchor text",
+             s.shard, f"{s.sorter.lines:,}", f"{len(stale):,}")
     s.spill.add_reanchor(stale)  # durable before the lines go (see crawler.search.spill)
     for path in lines:
         os.remove(path)
@@ -316,15 +320,19 @@ def merge_anchors(s: ShardIndex) -> None:
 
 def _indexed_with_other_anchors(s: ShardIndex, group: list[tuple[bytes, int]]) -> list[bytes]:
     """Of (key, hash of its anchor text now), the keys indexed with another text and not
-    written in this run anyway (spilled, and written with the text they have then)."""
+    written in this run anyway (in a spilled file, written with the text they have
+    then)."""
     if not group:
         return []
     keys = np.frombuffer(b"".join(k for k, _ in group), dtype="V16")
     hashes = np.array([h for _, h in group], dtype=np.int64)
-    indexed = s.versions.lookup(keys)[1]
+    indexed_ver, indexed = s.versions.lookup(keys)
+    # spilled at a version the index does not hold: its file is still there (a file goes
+    # only once the index journaled every version in it)
+    spilled_ver = s.spill.spilled.lookup(keys)[0]
+    waiting = (spilled_ver >= 0) & (spilled_ver != indexed_ver)
     # not in MainDB: not fetched yet (or gone): indexed with its text once it is
-    stale = ((indexed >= 0) & (indexed != hashes) & ~s.spill.holds(keys)
-             & s.store.contains_many(keys))
+    stale = ((indexed >= 0) & (indexed != hashes) & ~waiting & s.store.contains_many(keys))
     return [group[i][0] for i in np.flatnonzero(stale).tolist()]
 
 
@@ -375,14 +383,17 @@ def write_shard(reader: CrawlReader, s: ShardIndex, stats: IndexStats, batch: in
             os.remove(path)
         written.clear()
 
-    for key in s.spill.reanchor():  # first: see the module docstring
+    reanchor, documents = s.spill.reanchor(), s.spill.documents()
+    log.info("shard %d: writing %s pages again for their anchor text, %s files of pages "
+             "read", s.shard, f"{len(reanchor):,}", f"{len(documents):,}")
+    for key in reanchor:  # first: see the module docstring
         ver = _current(s, key)  # before the read: a write between is read next run
         page = reader.load(s.shard, key) if ver >= 0 else None
         text = None if page is None else indexable(page, text_limit)
         stats.reanchored += text is not None
         put(key, ver if page is not None else GONE, page.url if page is not None else None,
             page.fetched_at if page is not None else 0.0, text)
-    for path in s.spill.documents():
+    for path in documents:
         # a record written again since it was read is journaled at the version read:
         # the next run reads it again (and a later file of this spill may hold it)
         for doc in read_documents(path):

@@ -112,11 +112,6 @@ class Spill:
         """Which of a snapshot's keys (V16) are not spilled at their version."""
         return self.spilled.changed(keys, vers)
 
-    def holds(self, keys: np.ndarray) -> np.ndarray:
-        """Which of ``keys`` (V16) phase 3 writes anyway (spilled at some version)."""
-        held: np.ndarray = self.spilled.lookup(keys)[0] >= 0
-        return held
-
     def record(self, keys: bytes, versions: Iterable[int]) -> None:
         """A finished task's records (16-byte keys, their versions): not read again."""
         self.spilled.record((keys[i * 16:(i + 1) * 16], ver, 0)

@@ -38,6 +38,7 @@ from crawler.search.indexer import (
     index_crawl,
     merge_anchors,
     read_phase,
+    write_shard,
 )
 from crawler.search.query import Searcher
 from crawler.search.spill import SPILL_DIR, SPILLED_DIR, Spill
@@ -209,13 +210,17 @@ def html_pages(data: Path) -> list[str]:
 
 def stopped_after(data: Path, phase: int) -> None:
     """An index run of ``data`` (one shard) that stops as a kill would after ``phase``
-    (1: read, 2: anchors merged): its spill stays, nothing is written to the index."""
+    (1: read, 2: anchors merged: nothing written to the index; 3: every document
+    written and journaled, the spill not yet emptied)."""
     with CrawlReader(str(data)) as reader:
         s = ShardIndex(0, reader.dirs[0], reader.stores[0], rebuild=False)
         try:
             read_phase([s], 1, IndexStats(), DEFAULT_TEXT_LIMIT, 1, 25, None, 0)
             if phase >= 2:
                 merge_anchors(s)
+            if phase >= 3:
+                s.spill.clear = lambda: None  # type: ignore[method-assign]
+                write_shard(reader, s, IndexStats(), 50, 64 << 20, DEFAULT_TEXT_LIMIT)
         finally:
             s.close()
 
@@ -289,6 +294,24 @@ def test_a_damaged_record_is_skipped_and_the_rest_indexed(crawled: Path,
         want = documents(clean)
         del want[url_key(url).hex()]
         assert documents(data) == want
+
+
+def test_new_anchor_text_reaches_a_page_written_by_a_run_killed_before_its_end(
+        crawled: Path, tmp_path: Path) -> None:
+    """A run killed after writing every document, before it emptied its spill: the
+    spill still lists every record as read, but their documents are in the index, so a
+    page that gets new anchor text later is indexed again with it."""
+    data = tmp_path / "data"
+    shutil.copytree(crawled, data, ignore=shutil.ignore_patterns("search"))
+    stopped_after(data, 3)
+    assert not list(spill_dir(data).glob("documents-*"))
+    source, target = html_pages(data)[:2]
+    link = f'<p><a href="{target}">glimbrosk vantaquil</a></p>'.encode()
+    rewrite_body(data, source, b"</p>", b"</p>" + link)
+    stats = index_crawl(str(data))
+    assert stats.read == 1 and stats.reanchored == 1
+    with Searcher(str(data)) as s:
+        assert [h.url for h in s.search("anchors:glimbrosk").hits] == [target]
 
 
 def test_worker_processes_build_the_same_index(crawled: Path, tmp_path: Path) -> None:
