@@ -32,16 +32,66 @@ DTYPE = np.dtype([("key", "V16"), ("ver", "<i8"), ("ahash", "<i8")])
 GONE = -1  # a version no record has: the key was in MainDB and is no longer
 
 
+def _high(keys: np.ndarray) -> np.ndarray:
+    """The first 8 bytes of each key of a V16 array as native uint64s: they order as the
+    bytes do, and numpy sorts and searches them ~10x faster than 16-byte voids (a second
+    run's lookup of 21M keys took minutes as voids)."""
+    return np.ascontiguousarray(keys).view(">u8")[::2].astype(np.uint64)
+
+
+def key_order(keys: np.ndarray) -> np.ndarray:
+    """The stable order that sorts a V16 array by key (as ``np.argsort(keys,
+    kind="stable")`` would): by the high halves, and by whole keys only where two share
+    one (md5 keys: a pair in ~10^12 at 21M)."""
+    hi = _high(keys)
+    order = np.argsort(hi, kind="stable")
+    sorted_hi = hi[order]
+    if len(hi) > 1 and (sorted_hi[1:] == sorted_hi[:-1]).any():
+        low = np.ascontiguousarray(keys).view(">u8")[1::2].astype(np.uint64)
+        order = np.lexsort((low, hi))
+    return order
+
+
 def _sorted(arr: np.ndarray) -> np.ndarray:
     """``arr`` sorted by key, the last entry of each key winning (a journal in order)."""
     if len(arr) == 0:
         return arr
-    order = np.argsort(arr["key"], kind="stable")
-    arr = arr[order]
-    del order
+    arr = arr[key_order(arr["key"])]
     last = np.ones(len(arr), dtype=bool)
     last[:-1] = arr["key"][1:] != arr["key"][:-1]
     return arr if last.all() else arr[last]
+
+
+class SortedKeys:
+    """Where keys are in a V16 array sorted by key: searched by their high halves (the
+    queries in order, so the searches walk the table instead of jumping about it: 4x
+    faster at 5M), then checked whole; keys that share a high half are looked for one
+    by one."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self.keys = keys
+        self.hi = _high(keys) if len(keys) else np.zeros(0, dtype=np.uint64)
+
+    def find(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, found) of a V16 array of keys; a position is meaningful only
+        where found."""
+        n = len(self.keys)
+        if n == 0:
+            return np.zeros(len(queries), dtype=np.intp), np.zeros(len(queries), dtype=bool)
+        hi = _high(queries)
+        order = np.argsort(hi)
+        pos = np.empty(len(hi), dtype=np.intp)
+        pos[order] = np.searchsorted(self.hi, hi[order])
+        np.minimum(pos, n - 1, out=pos)
+        found = self.keys[pos] == queries
+        for i in np.flatnonzero(~found & (self.hi[pos] == hi)).tolist():
+            p = int(pos[i]) + 1  # a shared high half: the run of them, in key order
+            while p < n and self.hi[p] == hi[i]:
+                if self.keys[p] == queries[i]:
+                    pos[i], found[i] = p, True
+                    break
+                p += 1
+        return pos, found
 
 
 class Versions:
@@ -63,6 +113,7 @@ class Versions:
             self.table = merged[~gone] if gone.any() else merged
         else:
             self.table = base
+        self._where: SortedKeys | None = None  # made at the first lookup
         self._journal = open(os.path.join(directory, JOURNAL), "ab")  # noqa: SIM115
 
     def _read_journal(self) -> np.ndarray:
@@ -86,9 +137,9 @@ class Versions:
         if len(self.table) == 0:
             missing = np.full(len(keys), -2, dtype=np.int64)
             return missing, missing.copy()
-        pos = np.searchsorted(self.table["key"], keys)
-        pos = np.minimum(pos, len(self.table) - 1)
-        found = self.table["key"][pos] == keys
+        if self._where is None:
+            self._where = SortedKeys(self.table["key"])
+        pos, found = self._where.find(keys)
         vers = np.where(found, self.table["ver"][pos], -2)
         hashes = np.where(found, self.table["ahash"][pos], -2)
         return vers, hashes
@@ -102,7 +153,8 @@ class Versions:
         """The keys the index has read (V16) that are not in a store snapshot's ``keys``."""
         if len(self.table) == 0:
             return np.zeros(0, dtype="V16")
-        present = np.isin(self.table["key"], keys)
+        snapshot = SortedKeys(np.ascontiguousarray(keys)[key_order(keys)])
+        present = snapshot.find(self.table["key"])[1]
         gone: np.ndarray = np.asarray(self.table["key"][~present])
         return gone
 
@@ -128,7 +180,7 @@ class Versions:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(self.dir, BASE))
-        self.table = merged
+        self.table, self._where = merged, None
         self._journal.truncate(0)
         os.fsync(self._journal.fileno())
 
@@ -136,4 +188,4 @@ class Versions:
         self._journal.close()
 
 
-__all__ = ["DTYPE", "GONE", "Versions"]
+__all__ = ["DTYPE", "GONE", "SortedKeys", "Versions", "key_order"]
