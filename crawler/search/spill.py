@@ -5,29 +5,33 @@ takes hours; a kill in it no longer loses what was read.
 In the shard's search directory, ``spill/`` holds:
 
 - ``documents-S-NNNNNNNNNN.gz``: one finished reading task's documents (crawler.search.
-  reading: a pickled tuple a record, gzip level 1: a third of the plain pickles' size),
+  reading: a pickled tuple a record, gzip level 1: 3.7x smaller at 20M pages),
   numbered in the order they were read, across runs;
 - ``lines-D-S-NNNNNNNNNN.gz``: the anchor lines of that task's links whose targets shard
-  D owns (moved into D's spill when D is another shard of the run), gzip level 1 too (a
-  fifth of their size: they are most of the spill, ~0.75 KB a page at 20M plain);
+  D owns (moved into D's spill when D is another shard of the run), gzip level 1 too
+  (1.9x smaller: their random hex keys do not compress; most of the spill);
 - ``spilled/``: a crawler.search.versions table of the (key, version) of every record
   in a finished task. The next run does not read such a record again at that version;
 - ``reanchor.bin``: 16-byte keys of pages to index again for their new anchor text.
 
 Order of writes, so that a kill -9 anywhere loses at most the task under way: a task's
-files are written and fsynced, then its records are journaled in ``spilled/`` (phase
-1); the anchor lines are merged into the anchor store, which is flushed, then the keys
-to re-index are appended to ``reanchor.bin`` and fsynced, and only then the lines files
-are removed (phase 2: merging twice is a set union, so a kill between is harmless); a
-documents file is removed after the index commit that holds its last document (phase
-3: writing a document twice replaces it). At the end of a run the spill is emptied.
+files are written beside their names, fsynced and renamed (a full disk leaves a
+``.tmp``, removed by the next open, never half a file), the directory fsynced, then
+its records are journaled in ``spilled/`` (phase 1); the anchor lines are merged into
+the anchor store, which is flushed, then the keys to re-index are appended to
+``reanchor.bin`` and fsynced, and only then the lines files are removed (phase 2:
+merging twice is a set union, so a kill between is harmless); a documents file is
+removed after the index commit that holds its last document (phase 3: writing a
+document twice replaces it). At the end of a run the spill is emptied.
 
 Thread safety: one writer (the index lock).
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
+import io
 import os
 import pickle
 import re
@@ -42,6 +46,7 @@ from .versions import Versions
 SPILL_DIR = "spill"
 SPILLED_DIR = "spilled"
 REANCHOR = "reanchor.bin"
+TMP_SUFFIX = ".tmp"
 _DOCUMENTS = re.compile(r"documents-(\d+)-(\d{10})\.gz")
 _LINES = re.compile(r"lines-(\d+)-(\d+)-(\d{10})\.gz")
 
@@ -56,29 +61,39 @@ def lines_name(dest: int, shard: int, number: int) -> str:
 
 def write_file(path: str, chunks: list[bytes]) -> None:
     """A task's documents (pickles) or lines, gzipped in one call (a write a line or a
-    document cost ~10% of a run in gzip's Python layer), durable when this returns."""
-    data = gzip.compress(b"".join(chunks), compresslevel=1, mtime=0)
-    with open(path, "wb") as f:
+    document cost ~10% of a run in gzip's Python layer), durable and whole when this
+    returns: written beside, then renamed, so a full disk or a crash never leaves half a
+    file under the name."""
+    _write_whole(path, gzip.compress(b"".join(chunks), compresslevel=1, mtime=0))
+
+
+def _write_whole(path: str, data: bytes) -> None:
+    tmp = path + TMP_SUFFIX
+    with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
-def read_lines(path: str) -> Iterator[bytes]:
-    with gzip.open(path, "rb") as f:
-        yield from f
+def _read(path: str) -> bytes:
+    """A spilled file's bytes; a cut or damaged one raises (EOFError, BadGzipFile)."""
+    with open(path, "rb") as f:
+        return gzip.decompress(f.read())
+
+
+def read_lines(path: str) -> list[bytes]:
+    return _read(path).splitlines(keepends=True)
 
 
 def read_documents(path: str) -> Iterator[Any]:
-    with gzip.open(path, "rb") as f:
-        while True:
-            try:
-                yield pickle.load(f)  # noqa: S301 (our own files: write_documents)
-            except EOFError:
-                return
+    data = io.BytesIO(_read(path))
+    while data.tell() < len(data.getbuffer()):
+        yield pickle.load(data)  # noqa: S301 (our own files: write_file)
 
 
-def fsync_file(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """Make the renames in directory ``path`` durable (a power loss keeps them)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -94,6 +109,9 @@ class Spill:
         self.shard = shard
         os.makedirs(os.path.join(self.dir, SPILLED_DIR), exist_ok=True)
         self.spilled = Versions(os.path.join(self.dir, SPILLED_DIR))
+        for name in os.listdir(self.dir):
+            if name.endswith(TMP_SUFFIX):  # a task's file a stop cut short: not journaled
+                os.remove(os.path.join(self.dir, name))
         numbers = [int(m.group(2)) for m in map(_DOCUMENTS.fullmatch, os.listdir(self.dir))
                    if m is not None]
         self._next = max(numbers, default=-1) + 1
@@ -113,24 +131,29 @@ class Spill:
         return self.spilled.changed(keys, vers)
 
     def record(self, keys: bytes, versions: Iterable[int]) -> None:
-        """A finished task's records (16-byte keys, their versions): not read again."""
+        """A finished task's records (16-byte keys, their versions): not read again.
+        Its files were renamed into place: those renames are made durable first."""
+        fsync_dir(self.dir)
         self.spilled.record((keys[i * 16:(i + 1) * 16], ver, 0)
                             for i, ver in enumerate(versions))
 
     def adopt(self, path: str) -> None:
         """Move a lines file another shard's task wrote for this shard in here."""
         target = os.path.join(self.dir, os.path.basename(path))
-        shutil.move(path, target)  # a rename on one filesystem
-        fsync_file(target)
+        try:
+            os.replace(path, target)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            with open(path, "rb") as f:  # shards on two filesystems: copied whole
+                _write_whole(target, f.read())
+            os.remove(path)
+        fsync_dir(self.dir)
 
     def add_lines(self, number: int, source: int, data: bytes) -> None:
         """Anchor lines from another node's shard (``index --ray``: its lines files'
         bytes, gzip members one after the other), durable."""
-        path = os.path.join(self.dir, lines_name(self.shard, source, number))
-        with open(path, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_whole(os.path.join(self.dir, lines_name(self.shard, source, number)), data)
 
     def _named(self, pattern: re.Pattern[str], dest: int | None = None) -> list[str]:
         out = []
@@ -178,6 +201,5 @@ class Spill:
         self.spilled.close()
 
 
-__all__ = ["REANCHOR", "SPILLED_DIR", "SPILL_DIR", "Spill", "documents_name", "lines_name",
-           "read_documents", "read_lines",
-           "write_file"]
+__all__ = ["REANCHOR", "SPILLED_DIR", "SPILL_DIR", "TMP_SUFFIX", "Spill", "documents_name",
+           "fsync_dir", "lines_name", "read_documents", "read_lines", "write_file"]

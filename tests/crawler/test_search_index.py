@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -43,7 +45,7 @@ from crawler.search.indexer import (
     write_shard,
 )
 from crawler.search.query import Searcher
-from crawler.search.spill import SPILL_DIR, SPILLED_DIR, Spill
+from crawler.search.spill import SPILL_DIR, SPILLED_DIR, Spill, read_documents
 from crawler.search.versions import DTYPE, JOURNAL, SortedKeys, Versions, key_order
 from crawler.state.pages import decode_page, encode_page
 from crawler.web.urls import normalize, url_key
@@ -195,6 +197,45 @@ def test_kill_while_reading_keeps_what_was_read(crawled: Path, tmp_path: Path) -
     assert anchors(killed) == anchors(clean)
     assert results(killed) == results(clean)
     assert sorted(p.name for p in spill_dir(killed).iterdir()) == [SPILLED_DIR]
+
+
+def test_a_full_disk_while_reading_keeps_the_tasks_read_and_no_half_file(
+        crawled: Path, tmp_path: Path) -> None:
+    """A file size limit plays the full disk: the task whose documents cannot be written
+    fails the run; the tasks read before it stay in the spill, whole, and the next run
+    reads only the rest and ends equal to a clean build."""
+    limit = 256 << 10
+    data, clean = tmp_path / "data", tmp_path / "clean"
+    shutil.copytree(crawled, data, ignore=shutil.ignore_patterns("search"))
+    url = html_pages(data)[0]  # rewritten, so its record is the last read (file order)
+    rng = random.Random(7)  # words that do not compress: the task's file passes the limit
+    words = " ".join("".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=7))
+                     for _ in range(150_000))
+    rewrite_body(data, url, b"</p>", b"</p><p>" + words.encode() + b"</p>")
+    shutil.copytree(data, clean, ignore=shutil.ignore_patterns("search"))
+    with kvstore.open(data / "main", readonly=True) as main:
+        records = len(main)
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = start_cli([sys.executable, "-c", "import sys; from crawler.search.indexer import "
+                      "index_crawl; index_crawl(sys.argv[1], workers=1, chunk=20, "
+                      "text_limit=10**7)", str(data)], preexec_fn=small_files)
+    _, stderr = (b.decode() for b in proc.communicate(timeout=120))
+    assert proc.returncode == 1 and "File too large" in stderr, stderr[-3000:]
+    spill = Spill(schema.search_dir(str(data)), 0)  # (its open removes the .tmp)
+    read_before = len(spill)
+    for path in spill.documents():  # every file under its name is whole
+        assert list(read_documents(path))
+    spill.close()
+    assert 0 < read_before < records
+    assert not list(spill_dir(data).glob("*.tmp"))
+    stats = index_crawl(str(data), text_limit=10**7)
+    assert stats.read == records - read_before
+    index_crawl(str(clean), text_limit=10**7)
+    assert documents(data) == documents(clean) and anchors(data) == anchors(clean)
 
 
 def rewrite_body(data: Path, url: str, old: bytes, new: bytes) -> None:
