@@ -33,7 +33,7 @@ import numpy as np
 
 import kvstore
 
-from ..exceptions import URLError
+from ..exceptions import DataDirError, URLError
 from ..read.listing import load_record
 from ..read.pagetext import PageText, page_text
 from ..state.pages import NOFOLLOW, PageRecord, decode_page
@@ -115,15 +115,22 @@ class VersionPages:
     path, the snapshot's generation)."""
 
     def __init__(self, stores: dict[int, tuple[str, int]]) -> None:
-        self.stores = stores
         self.readers: dict[int, kvstore.VersionReader] = {}
+        self.gone: dict[int, str] = {}  # shard -> why its generation cannot be read
         self.skipped = 0  # damaged records skipped so far
+        # opened at once, while the snapshot's files are surely there: a reader holds
+        # them through a compaction that comes later (a crawl beside the run)
+        for shard, (path, generation) in stores.items():
+            try:
+                self.readers[shard] = kvstore.VersionReader(path, generation)
+            except kvstore.exceptions.StoreNotFoundError:
+                self.gone[shard] = (f"{path}: compacted since this index run began; run "
+                                    "index again (it rebuilds after a compaction)")
 
     def load(self, shard: int, key: bytes, version: int) -> PageRecord | None:
         reader = self.readers.get(shard)
         if reader is None:
-            path, generation = self.stores[shard]
-            reader = self.readers[shard] = kvstore.VersionReader(path, generation)
+            raise DataDirError(self.gone[shard])
         page, damaged = load_record(lambda: decode_page(reader.get(key, version)),
                                     reader.path, key, strict=False)
         self.skipped += damaged

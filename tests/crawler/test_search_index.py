@@ -420,6 +420,26 @@ def test_a_compacted_maindb_is_indexed_again_from_nothing(crawled: Path,
     assert index_crawl(str(data)).read == 0
 
 
+def test_a_compaction_between_the_snapshot_and_the_reading_is_one_line(
+        crawled: Path, tmp_path: Path) -> None:
+    """The readers open the snapshot's generation; compacted away before they could
+    (a crawl beside the run), the run stops with a line saying to run it again."""
+    data = tmp_path / "c"
+    shutil.copytree(crawled, data, ignore=shutil.ignore_patterns("search"))
+    with CrawlReader(str(data)) as reader:
+        s = ShardIndex(0, reader.dirs[0], reader.stores[0], rebuild=False)
+        try:
+            with kvstore.open(data / "main") as main:
+                main.compact()
+            with pytest.raises(DataDirError, match="compacted since this index run began; "
+                               "run index again"):
+                read_phase([s], 1, IndexStats(), DEFAULT_TEXT_LIMIT, 1, 25, None, 0)
+        finally:
+            s.close()
+    again = index_crawl(str(data))
+    assert again.rebuilt == 1 and again.documents > 300
+
+
 def test_a_sharded_crawl_finds_what_a_one_process_crawl_finds(
         web: TestWeb, crawled: Path, tmp_path: Path) -> None:
     data = tmp_path / "sharded"
