@@ -32,8 +32,9 @@ def add_parsers(sub: Any) -> None:
         "time; read-only: works beside a running crawl) and index their main content "
         "(boilerplate removed), title, headings, description, URL words and the anchor text "
         "of the links to them, with each page's language and SimHash. Pages that went away "
-        "or became errors or noindex are removed. A kill loses at most the batch being "
-        "written: the next run redoes it. See docs/SEARCH.md.",
+        "or became errors or noindex are removed. A stop (Ctrl-C, kill -9) loses at most "
+        "the 1,000 pages being read or the batch being written: the next run goes on from "
+        "there (what was read waits in DIR/search/spill). See docs/SEARCH.md.",
         epilog="example: python -m crawler index crawl1 && python -m crawler search crawl1 "
         "'\"exact phrase\" word'",
     )
