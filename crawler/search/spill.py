@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..state.jsonfile import fsync_path
 from .versions import Versions
 
 SPILL_DIR = "spill"
@@ -92,15 +93,6 @@ def read_documents(path: str) -> Iterator[Any]:
         yield pickle.load(data)  # noqa: S301 (our own files: write_file)
 
 
-def fsync_dir(path: str) -> None:
-    """Make the renames in directory ``path`` durable (a power loss keeps them)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class Spill:
     """One shard's spill directory."""
 
@@ -133,7 +125,7 @@ class Spill:
     def record(self, keys: bytes, versions: Iterable[int]) -> None:
         """A finished task's records (16-byte keys, their versions): not read again.
         Its files were renamed into place: those renames are made durable first."""
-        fsync_dir(self.dir)
+        fsync_path(self.dir)
         self.spilled.record((keys[i * 16:(i + 1) * 16], ver, 0)
                             for i, ver in enumerate(versions))
 
@@ -148,7 +140,7 @@ class Spill:
             with open(path, "rb") as f:  # shards on two filesystems: copied whole
                 _write_whole(target, f.read())
             os.remove(path)
-        fsync_dir(self.dir)
+        fsync_path(self.dir)
 
     def add_lines(self, number: int, source: int, data: bytes) -> None:
         """Anchor lines from another node's shard (``index --ray``: its lines files'
@@ -202,4 +194,4 @@ class Spill:
 
 
 __all__ = ["REANCHOR", "SPILLED_DIR", "SPILL_DIR", "TMP_SUFFIX", "Spill", "documents_name",
-           "fsync_dir", "lines_name", "read_documents", "read_lines", "write_file"]
+           "lines_name", "read_documents", "read_lines", "write_file"]

@@ -134,6 +134,17 @@ def test_every_page_gets_the_texts_of_the_links_to_it(crawled: Path, tmp_path: P
             assert set(texts) < want[key]  # cut, never invented
 
 
+def kill_once_written(proc: subprocess.Popen[bytes], journal: Path, size: int) -> None:
+    """kill -9 ``proc`` as soon as ``journal`` holds ``size`` bytes."""
+    deadline = time.monotonic() + 120
+    while not (journal.exists() and journal.stat().st_size >= size):
+        assert proc.poll() is None, "the index run ended before the kill"
+        assert time.monotonic() < deadline, f"{journal}: not {size} bytes in 120 s"
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()  # (closes its pipes)
+
+
 def test_kill_during_index_then_index_again_equals_a_clean_build(
         crawled: Path, tmp_path: Path) -> None:
     killed, clean = tmp_path / "killed", tmp_path / "clean"
@@ -142,14 +153,8 @@ def test_kill_during_index_then_index_again_equals_a_clean_build(
     journal = Path(schema.search_dir(str(killed))) / JOURNAL
     proc = start_cli(["python", "-m", "crawler", "index", str(killed), "--batch", "10",
                       "--quiet"])
-    deadline = time.monotonic() + 120
     # two commits journaled: the kill lands in the writing phase, mid-build
-    while not (journal.exists() and journal.stat().st_size >= 2 * 10 * DTYPE.itemsize):
-        assert proc.poll() is None, "the index run ended before the kill"
-        assert time.monotonic() < deadline, "no commit in 120 s"
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()  # (closes its pipes)
+    kill_once_written(proc, journal, 2 * 10 * DTYPE.itemsize)
     partial = documents(killed)
     assert 0 < len(partial), "the commits before the kill are kept"
     again = run_cli(["python", "-m", "crawler", "index", str(killed), "--quiet", "--json"])
@@ -178,13 +183,7 @@ def test_kill_while_reading_keeps_what_was_read(crawled: Path, tmp_path: Path) -
     proc = start_cli([sys.executable, "-c", "import sys; from crawler.search.indexer import "
                       "index_crawl; index_crawl(sys.argv[1], workers=1, chunk=10)",
                       str(killed)])
-    deadline = time.monotonic() + 120
-    while not (journal.exists() and journal.stat().st_size >= 3 * 10 * DTYPE.itemsize):
-        assert proc.poll() is None, "the index run ended before the kill"
-        assert time.monotonic() < deadline, "no task read in 120 s"
-        time.sleep(0.002)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()
+    kill_once_written(proc, journal, 3 * 10 * DTYPE.itemsize)  # three tasks read
     spill = Spill(schema.search_dir(str(killed)), 0)
     read_before = len(spill)
     spill.close()
