@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plain_format import write_plain_store
 
 import kvstore
 from kvstore.exceptions import CorruptStoreError, InvalidKeyError, StoreNotFoundError
@@ -92,3 +93,17 @@ def test_reads_go_on_across_a_compaction_after_the_open(store_path: Path) -> Non
         reader.close()
     with pytest.raises(StoreNotFoundError, match=f"no generation {gen}"):
         kvstore.VersionReader(store_path, gen)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_format_reads_its_values_though_records_name_no_key(
+        store_path: Path, version: int) -> None:
+    """Formats 1 and 2 (FORMAT.md) keep no key in a VAL record: a value is read and
+    CRC-checked at its version, as a get reads it there."""
+    store_path.mkdir()
+    write_plain_store(store_path, [(k(1), b"one"), (k(2), b"two" * 2000), (k(1), b"uno")],
+                      version=version)
+    gen, live = snapshot(store_path)
+    with kvstore.VersionReader(store_path, gen) as reader:
+        assert reader.get(k(1), live[k(1)]) == b"uno"
+        assert reader.get(k(2), live[k(2)]) == b"two" * 2000
