@@ -129,4 +129,6 @@ def memmap(path: str, dtype: Any, count: int) -> np.ndarray:
     array when ``count`` is 0 (a zero-length file cannot be mapped)."""
     if count == 0:
         return np.empty(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
+    # as a plain ndarray (the map lives on as its base): np.memmap's Python-level
+    # __getitem__ made each item read ~3x slower, and lookups read items one by one
+    return np.asarray(np.memmap(path, dtype=dtype, mode="r", shape=(count,)))
