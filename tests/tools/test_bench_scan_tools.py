@@ -1,5 +1,5 @@
 """Smoke tests of the scan benchmarks (tools/bench_status.py, tools/bench_headread.py,
-tools/bench_outcomelog.py, tools/bench_commands.py): each
+tools/bench_outcomelog.py, tools/bench_commands.py, tools/bench_perrecord.py): each
 runs end to end on a small synthetic crawl and reports what the crawler's own commands
 say of it."""
 
@@ -77,3 +77,18 @@ def test_bench_commands_runs_each_read_command_to_its_end(tmp_path: Path) -> Non
     assert result["runs"]["export"]["output_bytes"] == jsonl.stat().st_size
     assert len(jsonl.read_text().splitlines()) == 1200  # one object a page record
     assert (data / "rank" / "rank.json").is_file()  # rank stored its ranks in the crawl
+
+
+def test_bench_perrecord_times_the_index_read_and_the_rank_lookups(tmp_path: Path) -> None:
+    data = tmp_path / "crawl"
+    built = run("tools/seedscale.py", "--pages", "1200", "--pending", "800", "--data", str(data),
+                "--quiet")
+    assert built.returncode == 0, built.stderr[-3000:]
+    ranked = run("-m", "crawler", "rank", str(data), "--quiet")
+    assert ranked.returncode == 0, ranked.stderr[-3000:]
+    done = run("tools/bench_perrecord.py", "--data", str(data), "--records", "300", "--links",
+               "2000", "--repeat", "1", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["records"] == 300 and out["links"] == 2000
+    assert out["read_task_ms"] > 0 and out["url_lookup_us"] > 0 and out["rank_lookup_us"] > 0
