@@ -48,7 +48,11 @@ def test_a_crawl_with_few_slots_matches_the_oracle_and_stays_polite(
     assert got == set(want.fetched), (sorted(got - want.fetched)[:3],
                                       sorted(want.fetched - got)[:3])
     assert web.log.urls() == set(want.requests)
-    assert not web.log.duplicates()
+    # A sitemap fetch that failed transiently is tried again (--max-retries, SITEMAPS.md):
+    # on a starved machine the decompression bomb's can time out. Only those repeat.
+    repeats = web.log.duplicates()
+    assert all("/sitemaps/" in url for url in repeats), repeats
+    assert sum(n - 1 for n in repeats.values()) <= engine.sitemaps.counts["sitemap_retry"]
     asked = Counter((r.host, r.path) for r in web.log.records() if r.path in META_PATHS)
     for host in web.log.hosts():
         assert asked[host, "/robots.txt"] == 1, host
