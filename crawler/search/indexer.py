@@ -240,7 +240,7 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
                          f"{len(s.todo_keys):,}", f"{len(s.gone):,}",
                          f", {len(s.spill):,} read by an earlier run" if len(s.spill) else "",
                          " (rebuilding)" if s.rebuilt else "")
-            read_skips, _ = read_phase(live, count, stats, text_limit,
+            read_skips = read_phase(live, count, stats, text_limit,
                                        workers or default_workers(), chunk, progress, total)
             for s in live:  # 2. anchors
                 merge_anchors(s)
@@ -259,33 +259,30 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
 
 def read_phase(live: list[ShardIndex], count: int, stats: IndexStats, text_limit: int,
                workers: int, chunk: int, progress: Progress | None, total: int, *,
-               owners: frozenset[int] | None = None) -> tuple[int, dict[int, list[str]]]:
+               owners: frozenset[int] | None = None) -> int:
     """Phase 1 (crawler.search.reading) for every shard of ``live``: their documents and
-    anchor lines go to their spills. Returns the damaged records skipped and the files
-    of anchor lines for the shards of ``owners`` (default: ``live``'s) that are not
-    ``live`` (on Ray: other nodes' shards), which the caller removes."""
+    anchor lines go to their spills; the lines for the shards of ``owners`` (default:
+    ``live``'s) that are not ``live`` (on Ray: other nodes' shards) stay in the reading
+    shard's spill (``Spill.lines_for_others``). Returns the damaged records skipped."""
     owners = owners if owners is not None else frozenset(s.shard for s in live)
     by_shard = {s.shard: s for s in live}
     todo = (t for s in live for t in tasks(
         s.shard, s.todo_keys, s.todo_vers, s.spill.dir, count, owners, text_limit, chunk,
         first=s.spill.take_numbers(-(-len(s.todo_keys) // chunk))))
     done = skipped = 0
-    foreign: dict[int, list[str]] = {}
     stores = {s.shard: (s.store.path, s.generation) for s in live}
     for task, part in run_tasks(todo, stores, workers):
         stats.read += part.read
         skipped += part.skipped
         for dest, path in part.lines.items():
-            if dest not in by_shard:
-                foreign.setdefault(dest, []).append(path)
-            elif dest != task.shard:
+            if dest in by_shard and dest != task.shard:
                 by_shard[dest].spill.adopt(path)
         # its files are durable: the next run does not read these records again
         by_shard[task.shard].spill.record(task.keys, task.versions)
         done += part.read
         if progress is not None:
             progress(done, total)
-    return skipped, foreign
+    return skipped
 
 
 def merge_anchors(s: ShardIndex) -> None:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -143,17 +142,18 @@ class ShardIndexer:
         self.read_skips = 0
 
     def read(self) -> dict[int, bytes]:
-        """Phase 1: the anchor lines for the other shards, by shard."""
-        self.read_skips, foreign = read_phase(
+        """Phase 1: the anchor lines for the other shards, by shard: this run's and any
+        a stopped run read and may not have delivered (they stay in this shard's spill
+        until its run ends; delivered twice, they merge once)."""
+        self.read_skips = read_phase(
             [self.index], self.count, self.stats, self.text_limit, self.workers,
             CHUNK, None, len(self.index.todo_keys), owners=frozenset(range(self.count)))
         out = {}
-        for dest, paths in foreign.items():
+        for dest, paths in self.index.spill.lines_for_others().items():
             parts = []
             for path in paths:
                 with open(path, "rb") as f:
                     parts.append(f.read())
-                os.remove(path)
             out[dest] = b"".join(parts)
         return out
 

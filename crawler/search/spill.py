@@ -159,6 +159,18 @@ class Spill:
         """The lines files for this shard's targets."""
         return self._named(_LINES, self.shard)
 
+    def lines_for_others(self) -> dict[int, list[str]]:
+        """The lines files this shard's tasks wrote for shards not in this run (on Ray:
+        other nodes'), by shard: kept until the run ends, so a stop before they were
+        handed over does not lose them (the records that wrote them are not read
+        again)."""
+        out: dict[int, list[str]] = {}
+        for name in sorted(os.listdir(self.dir)):
+            m = _LINES.fullmatch(name)
+            if m is not None and int(m.group(1)) != self.shard:
+                out.setdefault(int(m.group(1)), []).append(os.path.join(self.dir, name))
+        return out
+
     def documents(self) -> list[str]:
         """The documents files, in the order they were read."""
         return self._named(_DOCUMENTS)  # (the names sort in that order)
