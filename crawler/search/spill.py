@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..state.jsonfile import fsync_path
-from .versions import Versions
+from .versions import Versions, key_order
 
 SPILL_DIR = "spill"
 SPILLED_DIR = "spilled"
@@ -104,8 +104,9 @@ class Spill:
         for name in os.listdir(self.dir):
             if name.endswith(TMP_SUFFIX):  # a task's file a stop cut short: not journaled
                 os.remove(os.path.join(self.dir, name))
-        numbers = [int(m.group(2)) for m in map(_DOCUMENTS.fullmatch, os.listdir(self.dir))
-                   if m is not None]
+        # numbers after every file's here (a received lines file too: never overwritten)
+        numbers = [int(m.group(2)) for _, m in self._files(_DOCUMENTS)]
+        numbers += [int(m.group(3)) for _, m in self._files(_LINES)]
         self._next = max(numbers, default=-1) + 1
 
     def __len__(self) -> int:
@@ -147,17 +148,14 @@ class Spill:
         bytes, gzip members one after the other), durable."""
         _write_whole(os.path.join(self.dir, lines_name(self.shard, source, number)), data)
 
-    def _named(self, pattern: re.Pattern[str], dest: int | None = None) -> list[str]:
-        out = []
-        for name in sorted(os.listdir(self.dir)):
-            m = pattern.fullmatch(name)
-            if m is not None and (dest is None or int(m.group(1)) == dest):
-                out.append(os.path.join(self.dir, name))
-        return out
+    def _files(self, pattern: re.Pattern[str]) -> list[tuple[str, re.Match[str]]]:
+        """(path, its name's match) of the files here named by ``pattern``, by name."""
+        return [(os.path.join(self.dir, name), m) for name in sorted(os.listdir(self.dir))
+                if (m := pattern.fullmatch(name)) is not None]
 
     def lines(self) -> list[str]:
         """The lines files for this shard's targets."""
-        return self._named(_LINES, self.shard)
+        return [path for path, m in self._files(_LINES) if int(m.group(1)) == self.shard]
 
     def lines_for_others(self) -> dict[int, list[str]]:
         """The lines files this shard's tasks wrote for shards not in this run (on Ray:
@@ -165,15 +163,14 @@ class Spill:
         handed over does not lose them (the records that wrote them are not read
         again)."""
         out: dict[int, list[str]] = {}
-        for name in sorted(os.listdir(self.dir)):
-            m = _LINES.fullmatch(name)
-            if m is not None and int(m.group(1)) != self.shard:
-                out.setdefault(int(m.group(1)), []).append(os.path.join(self.dir, name))
+        for path, m in self._files(_LINES):
+            if int(m.group(1)) != self.shard:
+                out.setdefault(int(m.group(1)), []).append(path)
         return out
 
     def documents(self) -> list[str]:
-        """The documents files, in the order they were read."""
-        return self._named(_DOCUMENTS)  # (the names sort in that order)
+        """The documents files, in the order they were read (their names sort so)."""
+        return [path for path, _ in self._files(_DOCUMENTS)]
 
     def add_reanchor(self, keys: list[bytes]) -> None:
         if not keys:
@@ -191,7 +188,11 @@ class Spill:
         except FileNotFoundError:
             return []
         data = data[:len(data) - len(data) % 16]  # a torn tail: appended again next time
-        return [bytes(k) for k in np.unique(np.frombuffer(data, dtype="V16")).tolist()]
+        keys = np.frombuffer(data, dtype="V16")
+        keys = keys[key_order(keys)]
+        if len(keys) > 1:
+            keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+        return [bytes(k) for k in keys.tolist()]
 
     def clear(self) -> None:
         """Everything written: start the next run empty."""

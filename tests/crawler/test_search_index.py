@@ -238,6 +238,21 @@ def test_a_full_disk_while_reading_keeps_the_tasks_read_and_no_half_file(
     assert documents(data) == documents(clean) and anchors(data) == anchors(clean)
 
 
+def test_a_reopened_spill_numbers_after_every_file_it_holds(tmp_path: Path) -> None:
+    """Lines another node's shard sent (index --ray) and not yet merged are numbered like
+    the spill's own files: a later run's never take their names (os.replace would drop
+    them). The pages to index again come back once each, in key order."""
+    spill = Spill(str(tmp_path), 0)
+    spill.add_lines(spill.take_numbers(1), 1, b"first")
+    spill.add_reanchor([b"b" * 16, b"a" * 16, b"b" * 16])
+    spill.close()
+    again = Spill(str(tmp_path), 0)
+    again.add_lines(again.take_numbers(1), 1, b"second")
+    assert sorted(Path(p).read_bytes() for p in again.lines()) == [b"first", b"second"]
+    assert again.reanchor() == [b"a" * 16, b"b" * 16]
+    again.close()
+
+
 def rewrite_body(data: Path, url: str, old: bytes, new: bytes) -> None:
     with kvstore.open(data / "main") as main:
         page = decode_page(main[url_key(url)])
