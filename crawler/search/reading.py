@@ -43,9 +43,6 @@ from .spill import documents_name, lines_name, write_file
 
 CHUNK = 1_000  # records a task
 IN_FLIGHT = 4  # tasks handed to a worker process ahead of the one it reads
-# (key, version, URL, fetch time, what the page says): URL and text are None for a
-# record that is not an indexable page
-Spilled = tuple[bytes, int, str | None, float, PageText | None]
 
 
 @dataclass(slots=True)
@@ -152,6 +149,8 @@ def read_task(task: Task, pages: VersionPages) -> Part:
         page = pages.load(task.shard, key, ver)
         part.read += 1
         text = None if page is None else indexable(page, task.text_limit)
+        # a document: (key, version, URL, fetch time, what the page says); URL and text
+        # are None for a record that is not an indexable page (its version is journaled)
         if page is None or text is None:
             docs.append(pickle.dumps((key, ver, None, 0.0, None), pickle.HIGHEST_PROTOCOL))
             continue
@@ -227,5 +226,5 @@ def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
 
-__all__ = ["CHUNK", "IN_FLIGHT", "Part", "Spilled", "Task", "anchor_lines", "default_workers",
+__all__ = ["CHUNK", "IN_FLIGHT", "Part", "Task", "anchor_lines", "default_workers",
            "indexable", "read_task", "run_tasks", "tasks", "VersionPages"]
