@@ -8,7 +8,9 @@ running crawl and exports the records flushed before it started) and hands
 each page record to the sinks asked for: :class:`~crawler.read.warc.WarcSink`
 (WARC records, crawler.read.warc says which), :class:`~crawler.read.wacz.WaczSink`
 (the same records in a WACZ package, with its CDXJ index and page list) and
-:class:`JsonlSink`. One record is in memory at a time.
+:class:`JsonlSink`. One record is in memory at a time (JSON lines wait, without
+their bodies, in batches of a few hundred pages: their links are resolved to URLs
+together, crawler.read.linkgraph.Resolver).
 Progress goes to a ``progress(done, total)`` callback (records read, damaged
 ones included, of the records in the snapshot: it reaches ``total`` when the
 pass is complete); showing it is the caller's business (crawler.cli.progress).
@@ -35,19 +37,21 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
+
+import numpy as np
 
 from ..config import DEFAULT_USER_AGENT
 from ..exceptions import ConfigError
-from ..state.pages import PageRecord
+from ..state.pages import KEY_SIZE, LINK_SIZE, PageRecord
 from ..web.urls import url_key
 from ._outfile import Outputs, naming
 from .display import printable_json
 from .linkgraph import Resolver
 from .listing import DEFAULT_MAX_TEXT_CHARS, CrawlReader
 from .markdown import MarkdownSink
-from .pagejson import graph_fields, page_object, rank_fields
-from .rankstore import RankStore
+from .pagejson import link_items, page_object, rank_fields
+from .rankstore import Rank, RankStore
 from .wacz import WaczSink
 from .warc import WarcSink, payload_digest, request_headers, response_headers, split_name
 
@@ -55,6 +59,10 @@ __all__ = ["ExportStats", "JsonlSink", "WaczSink", "WarcSink", "export", "payloa
            "request_headers", "response_headers", "split_name"]
 
 log = logging.getLogger(__name__)
+
+_BATCH_PAGES = 512  # JSON lines waiting for their links to be resolved together
+_BATCH_TEXT_PAGES = 32  # with --text (each holds up to two texts of text_limit chars)
+_BATCH_LINKS = 1 << 14  # or this many links (a vectorized lookup of ~16k keys)
 
 
 @dataclass(slots=True)
@@ -106,17 +114,24 @@ class ExportStats:
 
 
 class JsonlSink:
-    """Writes one JSON object per page to a file (via ``.part``) or an open text stream."""
+    """Writes one JSON object per page to a file (via ``.part``) or an open text stream.
+
+    Lines wait in a batch (at most _BATCH_PAGES pages, their bodies not kept, or
+    _BATCH_LINKS links) so that the resolver looks their links up together; ``close``
+    writes the last batch."""
 
     def __init__(self, target: str | os.PathLike[str] | IO[str], *, text: bool = False,
                  text_limit: int = DEFAULT_MAX_TEXT_CHARS,
                  resolver: Resolver | None = None, ranks: RankStore | None = None,
                  outputs: Outputs | None = None) -> None:
         self.text, self.text_limit = text, text_limit
-        self.resolver = resolver  # outlink keys -> URLs (graph_fields)
+        self.resolver = resolver  # outlink keys -> URLs (link_items)
         self.ranks = ranks  # rank_fields; closed with the sink
         self.lines = self.bytes = 0
         self.path: str | None = None  # the file, once it is complete
+        self._batch: list[tuple[dict[str, Any], bytes]] = []  # (object, packed links)
+        self._batch_links = 0
+        self._batch_pages = _BATCH_TEXT_PAGES if text else _BATCH_PAGES
         self._name: str | None = None
         self._out: IO[str] | None = None
         self._outputs = outputs if outputs is not None else Outputs()  # see WarcSink
@@ -134,9 +149,36 @@ class JsonlSink:
         if self._out is None:
             raise ValueError("the JSONL sink is closed")
         obj = page_object(page, text=self.text, text_limit=self.text_limit)
-        obj.update(graph_fields(page, self.resolver))
-        obj.update(rank_fields(self.ranks.get(url_key(page.url)) if self.ranks else None))
-        line = json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
+        obj["elapsed"] = page.elapsed
+        obj["links"] = None  # these three made when the batch is resolved (_flush),
+        obj.update(rank_fields(None))  # each in its place among the keys
+        self._batch.append((obj, page.links))
+        self._batch_links += page.link_count()
+        if self._batch_links >= _BATCH_LINKS or len(self._batch) >= self._batch_pages:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Resolve the batch's links in one call and write its lines."""
+        batch, self._batch, self._batch_links = self._batch, [], 0
+        if not batch:
+            return
+        urls: list[str | None] | None = None
+        if self.resolver is not None:
+            packed = b"".join(links[: len(links) // LINK_SIZE * KEY_SIZE] for _, links in batch)
+            urls = self.resolver.many(_keys(packed))
+        ranks: list[Rank | None] = [None] * len(batch)
+        if self.ranks is not None:
+            ranks = self.ranks.ranks(_keys(b"".join(url_key(obj["url"]) for obj, _ in batch)))
+        at = 0
+        for (obj, links), rank in zip(batch, ranks, strict=True):
+            n = len(links) // LINK_SIZE
+            obj["links"] = link_items(links, urls[at : at + n] if urls is not None else None)
+            obj.update(rank_fields(rank))
+            at += n
+            self._write_line(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+    def _write_line(self, line: str) -> None:
+        assert self._out is not None
         if self._name is None:  # a stream, maybe a terminal: the same JSON, nothing raw
             line = printable_json(line)  # that a terminal acts on (ESC, C1, bidi controls)
             self._out.write(line)  # its errors (a closed pipe) as they are
@@ -149,6 +191,9 @@ class JsonlSink:
     def close(self, *, complete: bool = True) -> None:
         """Finish (rename) the file; with ``complete`` False, or when that fails, remove
         it, even once complete. A stream is flushed, never closed. Idempotent."""
+        if complete and self._out is not None:
+            self._flush()  # its error (a full disk, a closed pipe) goes to the caller,
+        self._batch = []  # who closes again with complete False
         if self.ranks is not None:
             self.ranks.close()
             self.ranks = None
@@ -169,6 +214,10 @@ class JsonlSink:
             self.path = self._name
             log.info("export: wrote %s (%s lines, %s bytes)", self._name, f"{self.lines:,}",
                      f"{self.bytes:,}")
+
+
+def _keys(packed: bytes) -> np.ndarray:
+    return np.frombuffer(packed, dtype=np.uint8).reshape(-1, KEY_SIZE)
 
 
 # -- the pass -----------------------------------------------------------------------------------
@@ -222,7 +271,7 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
             if jsonl is not None:
                 ranks = RankStore.open(reader.data_dir)
                 jsink = JsonlSink(jsonl, text=text, text_limit=text_limit, ranks=ranks,
-                                  resolver=Resolver(reader, table=ranks.url if ranks else None),
+                                  resolver=Resolver(reader, ranks=ranks),
                                   outputs=outputs)
                 sinks.append(jsink)
             if markdown is not None:

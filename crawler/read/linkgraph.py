@@ -18,9 +18,12 @@ and a redirect's record its Location, whose key the reader derives
   :class:`kvstore.KeyIntMap` (about 30 bytes per recorded page, like the
   MainDB index the reader already holds).
 
-:class:`Resolver` turns target keys into URLs for the exports, with the rank
-store's URL table when there is one (crawler.read.rankstore: a memmap lookup)
-and MainDB otherwise, behind a bounded LRU cache (navigation links repeat).
+:class:`Resolver` turns target keys into URLs for the exports, a batch at a
+time: the rank store's URL table when there is one (crawler.read.rankstore: one
+vectorized search of its mapped key index), then MainDB's in-memory indexes for
+the keys it lacks (at once), and a header read, behind a bounded LRU cache, only
+for a key recorded since the rank run. A page has ~20 links at scale, so export
+spends most of its time here.
 
 Thread safety: for one thread, like the CrawlReader underneath.
 """
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +42,7 @@ import kvstore
 from ..state.pages import KEY_SIZE, LINK_SIZE, NOFOLLOW, PageRecord
 from ..web.urls import url_key
 from .listing import CrawlReader
+from .rankstore import RankStore
 
 log = logging.getLogger(__name__)
 
@@ -147,19 +151,43 @@ def _count(reader: CrawlReader, counts: kvstore.KeyIntMap, packed: bytes) -> Non
 
 
 class Resolver:
-    """url_key -> URL (None when the crawl has no record of it), cached.
+    """url_key -> URL (None when the crawl has no record of it).
 
-    ``table`` is a faster lookup tried first (the rank store's URL table);
-    MainDB (through the reader) answers what it does not know."""
+    ``ranks`` (the rank store) is the fast table asked first; MainDB, through the
+    reader, answers what it does not know (pages recorded since the rank run), behind
+    a bounded LRU cache: each of those answers is a read of a record's header."""
 
-    def __init__(self, reader: CrawlReader, *, table: Callable[[bytes], str | None] | None = None,
+    def __init__(self, reader: CrawlReader, *, ranks: RankStore | None = None,
                  cache_size: int = DEFAULT_CACHE_SIZE) -> None:
         self.reader = reader
-        self.table = table
+        self.ranks = ranks
         self.cache_size = cache_size
         self._cache: OrderedDict[bytes, str | None] = OrderedDict()
 
     def __call__(self, key: bytes) -> str | None:
+        return self.many(np.frombuffer(key, dtype=np.uint8).reshape(1, KEY_SIZE))[0]
+
+    def many(self, keys: np.ndarray) -> list[str | None]:
+        """The URLs of ``keys`` (an (n, 16) uint8 array), in order: each distinct key
+        looked up once, all of them in the rank store in one vectorized search, then
+        the ones it lacks in MainDB's in-memory indexes at once, and only the ones
+        recorded there read (export resolves a batch of pages' links this way)."""
+        if not len(keys):
+            return []
+        uniq, inverse = np.unique(np.ascontiguousarray(keys).view(f"V{KEY_SIZE}").ravel(),
+                                  return_inverse=True)
+        ukeys = uniq.view(np.uint8).reshape(-1, KEY_SIZE)
+        urls: list[str | None] = (self.ranks.urls(ukeys) if self.ranks is not None
+                                  else [None] * len(ukeys))
+        missing = np.array([u is None for u in urls], dtype=bool)
+        if missing.any():
+            rest = np.flatnonzero(missing)
+            for i in rest[self.reader.contains_many(ukeys[rest])].tolist():
+                urls[i] = self._recorded(ukeys[i].tobytes())
+        return [urls[i] for i in inverse.ravel().tolist()]
+
+    def _recorded(self, key: bytes) -> str | None:
+        """The URL of a key MainDB has a record of (None: it went, or is damaged)."""
         cache = self._cache
         try:
             url = cache[key]
@@ -167,25 +195,12 @@ class Resolver:
             return url
         except KeyError:
             pass
-        url = self.table(key) if self.table is not None else None
-        if url is None:
-            rec = self.reader.get_key(key, with_body=False)
-            url = rec.url if rec is not None else None
+        rec = self.reader.get_key(key, with_body=False)
+        url = rec.url if rec is not None else None
         cache[key] = url
         if len(cache) > self.cache_size:
             cache.popitem(last=False)
         return url
-
-    def links(self, page: PageRecord) -> list[dict[str, object]]:
-        """The page's stored links as JSON-ready objects: ``{"url": ..., "nofollow": ...}``,
-        or ``{"key": HEX, ...}`` for a target the crawl has no record of."""
-        out = []
-        for key, flags in page.link_list():
-            url = self(key)
-            item: dict[str, object] = {"url": url} if url is not None else {"key": key.hex()}
-            item["nofollow"] = bool(flags & NOFOLLOW)
-            out.append(item)
-        return out
 
 
 __all__ = ["Link", "Resolver", "inlink_counts", "inlinks", "link_position", "outlinks",

@@ -2,12 +2,12 @@
 ``pages --json`` prints.
 
 One object per page record: the record's fields as stored (:func:`page_object`),
-its link graph (:func:`graph_fields`: the fetch's ``elapsed`` and every stored
+its link graph (the fetch's ``elapsed`` and, by :func:`link_items`, every stored
 link, followed ones first, then nofollow ones) and its PageRank
 (:func:`rank_fields`). docs/EXPORT.md lists every field.
 
 Pure: records in, dicts out (the link graph's URLs come from a Resolver the
-caller opened). No WARC here: ``pages`` and ``show`` use this module and must
+caller asked). No WARC here: ``pages`` and ``show`` use this module and must
 not load warcio (crawler.read.warc).
 """
 
@@ -15,14 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..state.pages import NOFOLLOW, PageRecord
-from .linkgraph import Resolver
+from ..state.pages import KEY_SIZE, LINK_SIZE, NOFOLLOW, PageRecord
 from .listing import DEFAULT_MAX_TEXT_CHARS, iso_time, page_meta
 from .pagetext import page_text
 from .rankstore import Rank
 from .simhash import simhash
 
-__all__ = ["graph_fields", "page_object", "rank_fields", "text_fields"]
+__all__ = ["link_items", "page_object", "rank_fields", "text_fields"]
 
 
 def page_object(page: PageRecord, *, text: bool = False,
@@ -60,15 +59,21 @@ def text_fields(page: PageRecord, limit: int = DEFAULT_MAX_TEXT_CHARS) -> dict[s
             "jsonld": meta.jsonld, "simhash": f"{simhash(meta.text):016x}"}
 
 
-def graph_fields(page: PageRecord, resolver: Resolver | None) -> dict[str, Any]:
-    """The JSONL fields of the link graph: the fetch time and every stored link, as
-    ``{"url": ..., "nofollow": ...}`` (``{"key": HEX, ...}`` for a URL the crawl never
-    recorded; keys only when there is no resolver)."""
-    if resolver is not None:
-        links = resolver.links(page)
-    else:
-        links = [{"key": k.hex(), "nofollow": bool(f & NOFOLLOW)} for k, f in page.link_list()]
-    return {"elapsed": page.elapsed, "links": links}
+def link_items(links: bytes, urls: list[str | None] | None) -> list[dict[str, object]]:
+    """The JSONL ``links`` of a record's packed links (``PageRecord.links``): every stored
+    link in order, as ``{"url": ..., "nofollow": ...}``, or ``{"key": HEX, ...}`` for a
+    URL the crawl never recorded. ``urls``: the links' URLs in order, as a Resolver gave
+    them; None gives keys only."""
+    n = len(links) // LINK_SIZE
+    flags = links[n * KEY_SIZE : n * LINK_SIZE]
+    out = []
+    for i in range(n):
+        url = urls[i] if urls is not None else None
+        item: dict[str, object] = ({"url": url} if url is not None
+                                   else {"key": links[i * KEY_SIZE : (i + 1) * KEY_SIZE].hex()})
+        item["nofollow"] = bool(flags[i] & NOFOLLOW)
+        out.append(item)
+    return out
 
 
 def rank_fields(rank: Rank | None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ Thread safety: for one thread (numpy memmaps are read-only, but keep it simple).
 from __future__ import annotations
 
 import math
+import mmap
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import numpy as np
 from ..exceptions import DataDirError
 from ..state.jsonfile import read_json
 from . import _spill
-from .graph import META_NAME
+from .graph import META_NAME, match
 from .rank import RANK_DIR, RANK_META
 
 _ORDER_CHUNK = 1 << 16
@@ -72,8 +73,11 @@ class RankStore:
         self._status = _spill.memmap(self._path("status.i2"), np.int16, n)
         self._urloff = _spill.memmap(self._path("urloff.u8"), np.uint64, n + 1)
         self._keys = _spill.memmap(self._path("keys.bin"), np.uint8, n * 16)
-        self._urls_path = self._path("urls.bin")
-        self._urls = open(self._urls_path, "rb")  # noqa: SIM115 - closed by close()
+        # mapped: a URL is a slice of it, a batch of them no read call each
+        with open(self._path("urls.bin"), "rb") as f:
+            self._urls: mmap.mmap | bytes = (
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                if os.fstat(f.fileno()).st_size else b"")
         self.ordered_count = os.path.getsize(self._path("order.u8")) // 8
 
     @classmethod
@@ -87,7 +91,8 @@ class RankStore:
         return os.path.join(self.dir, name)
 
     def close(self) -> None:
-        self._urls.close()
+        if isinstance(self._urls, mmap.mmap):
+            self._urls.close()
 
     def __enter__(self) -> RankStore:
         return self
@@ -102,8 +107,8 @@ class RankStore:
 
     def _pos(self, key: bytes) -> int | None:
         """Where ``key`` is in the sorted index (equal high halves walked), or None. A
-        key's halves as Python ints: numpy's for one key cost 3x the search (export
-        looks up every link of every page)."""
+        key's halves as numpy scalars made from Python ints: numpy's own conversion of
+        one key cost 3x the search."""
         h = np.uint64(int.from_bytes(key[:8], "big"))  # (a Python int above 2**63 would
         lo_ = np.uint64(int.from_bytes(key[8:16], "big"))  # make numpy search as floats)
         hi = self._hi
@@ -128,8 +133,7 @@ class RankStore:
 
     def url_of(self, rid: int) -> str:
         start, end = int(self._urloff[rid]), int(self._urloff[rid + 1])
-        self._urls.seek(start)
-        return self._urls.read(end - start).decode("utf-8")
+        return self._urls[start:end].decode("utf-8")
 
     def key_of(self, rid: int) -> bytes:
         return bytes(self._keys[rid * 16 : rid * 16 + 16])
@@ -138,6 +142,42 @@ class RankStore:
         """The URL of a recorded key (the Resolver's fast table), or None."""
         rid = self.rid(key)
         return None if rid is None else self.url_of(rid)
+
+    def _match(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in the sorted index, found) of ``keys``, an (n, 16) uint8 array of
+        url_keys: one vectorized search (export looks up a batch of pages at once)."""
+        halves = np.ascontiguousarray(keys).view(">u8")
+        return match(self._hi, self._lo, halves[:, 0].astype(np.uint64),
+                     halves[:, 1].astype(np.uint64))
+
+    def urls(self, keys: np.ndarray) -> list[str | None]:
+        """The URLs of ``keys`` (an (n, 16) uint8 array), None for a key the snapshot had
+        no record of."""
+        out: list[str | None] = [None] * len(keys)
+        if not len(keys) or not self.n:
+            return out
+        pos, found = self._match(keys)
+        rids = self._rid[pos[found]].astype(np.int64)
+        starts, ends = self._urloff[rids].tolist(), self._urloff[rids + 1].tolist()
+        urls = self._urls
+        for i, start, end in zip(np.flatnonzero(found).tolist(), starts, ends, strict=True):
+            out[i] = urls[start:end].decode("utf-8")
+        return out
+
+    def ranks(self, keys: np.ndarray) -> list[Rank | None]:
+        """What ``get`` says of each of ``keys`` (an (n, 16) uint8 array)."""
+        out: list[Rank | None] = [None] * len(keys)
+        if not len(keys) or not self.n:
+            return out
+        pos, found = self._match(keys)
+        at = pos[found]
+        rids = self._rid[at].astype(np.int64)
+        for i, raw, inlinks, answered in zip(
+                np.flatnonzero(found).tolist(), self._rank[rids].tolist(),
+                self._inlinks[at].tolist(), (self._status[rids] > 0).tolist(), strict=True):
+            if answered:
+                out[i] = Rank(raw, 100.0 * raw / self.max_rank, inlinks)
+        return out
 
     def ordered(self, limit: int | None = None) -> Iterator[tuple[int, str, float]]:
         """(rid, URL, raw rank) of the ranked pages, strongest first."""

@@ -10,6 +10,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from crawl_helpers import REPO, run_crawl
 from hypothesis import given
@@ -18,8 +19,10 @@ from hypothesis import strategies as st
 import kvstore
 from crawler.cli import main
 from crawler.exceptions import CrawlerError
+from crawler.read import export as export_module
 from crawler.read.linkgraph import Resolver, inlink_counts, link_position
 from crawler.read.listing import CrawlReader
+from crawler.read.rankstore import RankStore
 from crawler.state.pages import (
     LINK_SIZE,
     NOFOLLOW,
@@ -281,6 +284,55 @@ def test_inlink_counts_and_resolver_on_a_hand_made_store(tmp_path: Path) -> None
         assert [resolve(url_key(u)) for u in (A, B, "http://off.test/", A)] == [
             A, B, None, A]
         assert len(resolve._cache) == 2
+
+
+def test_jsonl_links_and_ranks_in_batches_with_a_rank_store_older_than_some_pages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Export resolves a batch of pages' links at once: the rank store's URLs, then
+    MainDB for a page recorded since the rank run, a key for a URL never recorded; every
+    line's links and rank in place however the batches fall."""
+    data = tmp_path / "c"
+    data.mkdir()
+    d, off = "http://d.test/since", "http://off.test/"
+    first = [PageRecord(A, 200, 0, 0, links=pack_links([B, C, d, off, B])),
+             PageRecord(B, 200, 0, 1, links=pack_links([A], [C, off])),
+             PageRecord(C, 301, 0, 1, redirect=A), PageRecord("http://e.test/", 0, 0, 1)]
+    later = [PageRecord(d, 200, 0, 1, links=pack_links([A, "http://off2.test/", d])),
+             *(PageRecord(f"http://f.test/{i}", 200, 0, 2, links=pack_links([B, d][: i % 3]))
+               for i in range(7))]
+    with kvstore.open(data / "main") as db:
+        for rec in first:
+            db[url_key(rec.url)] = encode_page(rec)
+    assert main(["rank", str(data), "--quiet"]) == 0
+    with kvstore.open(data / "main") as db:
+        for rec in later:
+            db[url_key(rec.url)] = encode_page(rec)
+    recorded = {url_key(r.url): r.url for r in first + later}
+    with RankStore(str(data)) as ranks:
+        keys = [url_key(u) for u in (A, d, off, B, A, C, "http://e.test/")]
+        packed = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, 16)
+        assert ranks.urls(packed) == [ranks.url(k) for k in keys] == [
+            A, None, None, B, A, C, "http://e.test/"]
+        assert ranks.ranks(packed) == [ranks.get(k) for k in keys]
+        assert [r is not None for r in ranks.ranks(packed)] == [1, 0, 0, 1, 1, 1, 0]
+        want_ranks = {u: ranks.get(url_key(u)) for u in recorded.values()}
+    for pages, links in ((2, 3), (3, 1), (512, 1 << 14)):
+        monkeypatch.setattr(export_module, "_BATCH_PAGES", pages)
+        monkeypatch.setattr(export_module, "_BATCH_LINKS", links)
+        out = tmp_path / f"p{pages}.jsonl"
+        assert main(["export", str(data), "--jsonl", str(out), "--quiet"]) == 0
+        objs = [json.loads(line) for line in out.read_text().splitlines()]
+        assert sorted(o["url"] for o in objs) == sorted(recorded.values())
+        for obj in objs:
+            page = next(r for r in first + later if r.url == obj["url"])
+            want = [({"url": recorded[k]} if k in recorded else {"key": k.hex()})
+                    | {"nofollow": bool(f & NOFOLLOW)} for k, f in page.link_list()]
+            assert obj["links"] == want
+            rank = want_ranks[obj["url"]]
+            assert (obj["rank"], obj["rank_scaled"]) == (
+                (rank.raw, round(rank.scaled, 4)) if rank else (None, None))
+            assert list(obj)[-4:] == ["elapsed", "links", "rank", "rank_scaled"]
 
 
 def test_docs_name_the_command() -> None:
