@@ -1,9 +1,10 @@
 """CPU a record of the read commands' per-record paths, on a crawl (issue 31: what a
 20M-page `index` or `export` costs, from a sample): the index's reading task
 (crawler.search.reading.read_task: a record read by its version, its page's text,
-SimHash and anchor lines, the task's files gzipped) and the rank store's lookups that
-`export --jsonl` makes for every page and every link (crawler.read.rankstore: a URL by
-key, a rank by key; the crawl needs a rank store: ``python -m crawler rank DIR``).
+SimHash and anchor lines, the task's files gzipped), the rank store's lookups one key
+at a time (crawler.read.rankstore: a URL by key, a rank by key, as `pages` and `show`
+make them) and the batched resolution of links that `export --jsonl` makes
+(``link_batch_us``). The lookups need a rank store: ``python -m crawler rank DIR``.
 
     python tools/bench_perrecord.py --data /tmp/seedsmall --records 3000 --repeat 3
 
@@ -28,9 +29,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import kvstore  # noqa: E402
+from crawler.read.linkgraph import Resolver  # noqa: E402
 from crawler.read.listing import CrawlReader  # noqa: E402
 from crawler.read.rankstore import RankStore  # noqa: E402
 from crawler.search.reading import Task, VersionPages, read_task  # noqa: E402
+from crawler.state.pages import KEY_SIZE  # noqa: E402
 
 
 def read_task_ms(data: str, records: int) -> float:
@@ -75,6 +78,25 @@ def lookup_us(data: str, links: int) -> tuple[float, float]:
     return url, rank
 
 
+def batch_us(data: str, links: int) -> float:
+    """CPU us a link of export's batched resolution (crawler.read.linkgraph.Resolver.many:
+    the rank store's vectorized search, MainDB's indexes for what it lacks), in batches
+    of 16,384 link targets as export makes them."""
+    parts: list[bytes] = []
+    with CrawlReader(data) as reader:
+        for page in reader.pages(with_body=False):
+            parts.append(page.links[: page.link_count() * KEY_SIZE])
+            if sum(map(len, parts)) >= links * KEY_SIZE:
+                break
+        keys = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(-1, KEY_SIZE)[:links]
+        with RankStore(data) as ranks:
+            resolver = Resolver(reader, ranks=ranks)
+            started = time.process_time()
+            for i in range(0, len(keys), 1 << 14):
+                resolver.many(keys[i : i + (1 << 14)])
+            return (time.process_time() - started) / len(keys) * 1e6
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="crawl directory")
@@ -84,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="one line of JSON")
     args = p.parse_args(argv)
     runs: dict[str, list[float]] = {"read_task_ms": [], "url_lookup_us": [],
-                                    "rank_lookup_us": []}
+                                    "rank_lookup_us": [], "link_batch_us": []}
     store = RankStore.open(args.data)
     has_ranks = store is not None
     if store is not None:
@@ -95,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             url, rank = lookup_us(args.data, args.links)
             runs["url_lookup_us"].append(url)
             runs["rank_lookup_us"].append(rank)
+            runs["link_batch_us"].append(batch_us(args.data, args.links))
     out: dict[str, Any] = {name: round(statistics.median(v), 3) if v else None
                            for name, v in runs.items()}
     out.update(data=args.data, records=args.records, links=args.links, repeat=args.repeat)

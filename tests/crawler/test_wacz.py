@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import surt
-from crawl_helpers import read_lines, start_cli, wait_for
+from crawl_helpers import REPO, read_lines, start_cli, wait_for
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_progress import export_cli, listed_files
@@ -200,6 +200,35 @@ def test_lines_sort_in_runs_beyond_the_buffer_and_merge_in_passes(tmp_path: Path
     assert len(list(tmp_path.iterdir())) > 27  # runs: more than three passes of three
     assert list(sorter.sorted()) == sorted(lines)
     assert list(tmp_path.iterdir()) == []  # every run is gone once merged
+
+
+def test_the_default_merge_keeps_within_the_limit_of_open_files(tmp_path: Path) -> None:
+    """Runs merged at once follow RLIMIT_NOFILE: 300 runs under a soft limit of 48 open
+    files sort (in passes) where opening them all would fail with EMFILE; under a high
+    limit they merge in one pass."""
+    code = """
+import os, random, resource, sys
+from crawler.read._linesort import LineSorter, default_fan_in
+soft = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+d = sys.argv[2]; os.makedirs(d)
+rng = random.Random(3)
+lines = [b"%08d\\n" % rng.randrange(10**8) for _ in range(3000)]
+sorter = LineSorter(d, buffer_bytes=90)
+for line in lines:
+    sorter.add(line)
+runs = len(os.listdir(d))
+assert list(sorter.sorted()) == sorted(lines) and not os.listdir(d)
+print(default_fan_in(), runs, sorter._made)
+"""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    for soft, fan_in in ((48, 24), (min(hard, 4096), 1024)):
+        out = subprocess.run([sys.executable, "-c", code, str(soft), str(tmp_path / str(soft))],
+                             capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+        assert out.returncode == 0, out.stderr[-2000:]
+        got_fan_in, runs, made = map(int, out.stdout.split())
+        assert got_fan_in == fan_in and runs == 300
+        assert made > runs + 1 if fan_in < runs else made == runs  # passes, or none
 
 
 # -- the command ---------------------------------------------------------------------------

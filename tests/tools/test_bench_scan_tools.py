@@ -1,7 +1,7 @@
 """Smoke tests of the scan benchmarks (tools/bench_status.py, tools/bench_headread.py,
-tools/bench_outcomelog.py, tools/bench_commands.py, tools/bench_perrecord.py): each
-runs end to end on a small synthetic crawl and reports what the crawler's own commands
-say of it."""
+tools/bench_outcomelog.py, tools/bench_commands.py, tools/bench_perrecord.py,
+tools/bench_linesort.py): each runs end to end on a small synthetic crawl (or lines)
+and reports what the crawler's own commands say of it."""
 
 from __future__ import annotations
 
@@ -92,3 +92,16 @@ def test_bench_perrecord_times_the_index_read_and_the_rank_lookups(tmp_path: Pat
     out = json.loads(done.stdout)
     assert out["records"] == 300 and out["links"] == 2000
     assert out["read_task_ms"] > 0 and out["url_lookup_us"] > 0 and out["rank_lookup_us"] > 0
+    assert out["link_batch_us"] > 0
+
+
+def test_bench_linesort_sorts_with_both_fan_ins_and_counts_the_passes() -> None:
+    done = run("tools/bench_linesort.py", "--mb", "3", "--buffer-mb", "0.02", "--fan-in", "8",
+               "--repeat", "1", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    few, default = out["fan_in_8"], next(v for k, v in out.items() if k.startswith("default_"))
+    assert few["runs"] == default["runs"] > 64
+    assert few["passes"] >= 2 and default["passes"] == 0
+    assert few["bytes_written"] == default["bytes_written"] * (1 + few["passes"])
+
