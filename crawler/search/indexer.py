@@ -31,7 +31,8 @@ has keeps its text until ``index --rebuild``).
 
 A compaction of MainDB (a new store generation) or a different index format makes the
 next run a rebuild. Memory: MainDB's snapshot of keys and versions (24 bytes a record),
-the writer's heap (``memory``), the sorters' buffers, a few tasks; the version tables
+the writer's heap (``memory``), the sorters' buffers, a few tasks, and one shard's
+anchor store at a time (its key index: ~30 bytes a link target); the version tables
 are memory-mapped.
 
 Thread safety: one run per index at a time (the lock file; a second run fails at once).
@@ -189,8 +190,23 @@ class ShardIndex:
         index = schema.open_index(self.dir, create=True)
         assert index is not None  # (create=True)
         self.index: tantivy.Index = index
-        self.anchors = kvstore.open(os.path.join(self.dir, schema.ANCHORS_DIR))
+        self._anchors: kvstore.Store | None = None
         self.sorter = LineSorter(self.tmp, buffer_bytes=SORT_BUFFER)
+
+    @property
+    def anchors(self) -> kvstore.Store:
+        """The shard's anchor store (url_key -> anchor text), opened when first used.
+        Its key index is ~0.8 GB a shard at 20M pages (targets not fetched yet
+        included): a run holds one shard's at a time (close_anchors after each phase),
+        and none while it reads."""
+        if self._anchors is None:
+            self._anchors = kvstore.open(os.path.join(self.dir, schema.ANCHORS_DIR))
+        return self._anchors
+
+    def close_anchors(self) -> None:
+        if self._anchors is not None:
+            anchors, self._anchors = self._anchors, None
+            anchors.close()
 
     def _wipe(self) -> None:
         for name in os.listdir(self.dir):
@@ -206,7 +222,7 @@ class ShardIndex:
         return "" if value is None else value.decode("utf-8")
 
     def close(self) -> None:
-        self.anchors.close()
+        self.close_anchors()
         self.versions.close()
         self.spill.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -244,8 +260,10 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
                                        workers or default_workers(), chunk, progress, total)
             for s in live:  # 2. anchors
                 merge_anchors(s)
+                s.close_anchors()
             for s in live:  # 3. write
                 write_shard(reader, s, stats, batch, max(memory, MIN_MEMORY), text_limit)
+                s.close_anchors()
             stats.documents = sum(s.index.searcher().num_docs for s in live)
         finally:
             for shard in shards:

@@ -20,6 +20,7 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import urljoin
 
 import lxml.html
@@ -34,7 +35,7 @@ import kvstore
 from crawler.exceptions import DataDirError, URLError
 from crawler.read.listing import CrawlReader
 from crawler.read.pagetext import DEFAULT_TEXT_LIMIT
-from crawler.search import schema
+from crawler.search import indexer, schema
 from crawler.search.indexer import (
     MAX_ANCHOR_BYTES,
     SEPARATOR,
@@ -456,7 +457,7 @@ def test_a_compaction_between_the_snapshot_and_the_reading_is_one_line(
 
 
 def test_a_sharded_crawl_finds_what_a_one_process_crawl_finds(
-        web: TestWeb, crawled: Path, tmp_path: Path) -> None:
+        web: TestWeb, crawled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = tmp_path / "sharded"
     done = subprocess.run(cli_args(web, data, "--processes", "2"), cwd=REPO,
                           capture_output=True, text=True, timeout=300,
@@ -465,7 +466,31 @@ def test_a_sharded_crawl_finds_what_a_one_process_crawl_finds(
     one = tmp_path / "one"
     shutil.copytree(crawled, one, ignore=shutil.ignore_patterns("search"))
     assert index_crawl(str(one)).shards == 1
+    # one shard's anchor store open at a time (its key index is ~0.8 GB at 20M), none
+    # while reading: which are open as each phase of each shard ends
+    opened: list[ShardIndex] = []
+    real_init = ShardIndex.__init__
+
+    def init(self: ShardIndex, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        opened.append(self)
+
+    monkeypatch.setattr(ShardIndex, "__init__", init)
+    held: list[tuple[str, list[int]]] = []
+    def spy(name: str) -> Any:
+        real = getattr(indexer, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            out = real(*args, **kwargs)
+            held.append((name, [s.shard for s in opened if s._anchors is not None]))
+            return out
+        return call
+
+    for name in ("read_phase", "merge_anchors", "write_shard"):
+        monkeypatch.setattr(indexer, name, spy(name))
     stats = index_crawl(str(data))
+    assert held == [("read_phase", []), ("merge_anchors", [0]), ("merge_anchors", [1]),
+                    ("write_shard", [0]), ("write_shard", [1])]
     assert stats.shards == 2 and stats.documents == len(documents(one))
     for i in range(2):  # each shard indexes its own pages
         assert os.path.isdir(os.path.join(data, f"shard-{i:02d}", schema.SEARCH_DIR))
