@@ -3,6 +3,10 @@
 Usage (from the repository root)::
 
     python tools/bench_search_scale.py --pages 1000000 --workdir /tmp/bench-search-scale
+    python tools/bench_search_scale.py --crawl /tmp/seed20m --workdir /tmp/bss --titles 100
+
+With ``--crawl DIR`` nothing is built: the crawl's own index (``python -m crawler index
+DIR``) is queried with its pages' titles, their first two words and their first word.
 
 tools/bench_index.py compared index libraries on their own; this one asks the question
 a user of ``python -m crawler search`` has: how long does a query take through
@@ -117,6 +121,45 @@ def queries(args: argparse.Namespace) -> dict[str, Any]:
     return {"open_s": open_s, "queries": out, "peak_rss_bytes": bu.peak_rss_bytes()}
 
 
+def crawl_queries(args: argparse.Namespace) -> dict[str, Any]:
+    """Queries made of an indexed crawl's own pages (``--crawl``): the titles of
+    ``--titles`` HTML pages drawn from the first 20,000 records of each shard, each
+    title whole, its first two words and its first word, timed through Searcher.search
+    like the synthetic ones."""
+    from crawler.read.listing import CrawlReader, page_meta
+    from crawler.search.query import Searcher
+
+    seen: list[str] = []
+    with CrawlReader(args.data) as reader:
+        for shard, store in enumerate(reader.stores):
+            for taken, key in enumerate(store or ()):
+                if taken >= 20_000:
+                    break
+                page = reader.load(shard, key)
+                meta = page_meta(page) if page is not None and page.status == 200 else None
+                if meta is not None and meta.title:
+                    seen.append(meta.title)
+    rng = random.Random(args.seed + 1)
+    todo: list[tuple[str, str]] = []
+    for title in rng.sample(seen, min(args.titles, len(seen))):
+        words = title.split()
+        todo += [("title", title), ("two_words", " ".join(words[:2])), ("word", words[0])]
+    t0 = time.monotonic()
+    out: list[dict[str, Any]] = []
+    with Searcher(args.data) as searcher:
+        open_s = time.monotonic() - t0
+        for kind, text in todo:
+            first = searcher.search(text, limit=10)  # the warm-up run
+            ms = []
+            for _ in range(args.query_runs):
+                t = time.perf_counter()
+                searcher.search(text, limit=10)
+                ms.append(1e3 * (time.perf_counter() - t))
+            out.append({"kind": kind, "text": text, "matches": first.matches,
+                        "returned": len(first.hits), "ms": ms})
+    return {"open_s": open_s, "queries": out, "peak_rss_bytes": bu.peak_rss_bytes()}
+
+
 def _percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
@@ -144,13 +187,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workdir", type=Path, required=True, help="corpus and the index")
     p.add_argument("--out", type=Path, help="JSON path (default bench-results/...)")
-    p.add_argument("--phase", choices=("build", "query"), help=argparse.SUPPRESS)
+    p.add_argument("--crawl", help="query this indexed crawl (`python -m crawler index DIR` "
+                   "done) with its own pages' titles instead of the synthetic index")
+    p.add_argument("--phase", choices=("build", "query", "crawl"), help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
     p.add_argument("--corpus", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.phase:  # a worker process
-        bu.emit(build(args) if args.phase == "build" else queries(args))
+        bu.emit({"build": build, "query": queries, "crawl": crawl_queries}[args.phase](args))
         return 0
+    if args.crawl:
+        return query_crawl(args)
     args.workdir.mkdir(parents=True, exist_ok=True)
     corpus, meta = corpora.corpus(args.workdir, args.pages, args.seed, args.vocab)
     data = args.workdir / f"crawl-{args.pages}-{args.shards}-{args.seed}-v{BUILD_VERSION}"
@@ -187,6 +234,29 @@ def main(argv: list[str] | None = None) -> int:
           f"({built['index_bytes'] / meta['text_bytes']:.2f}x the text); Searcher opened in "
           f"{q['open_s']:.2f} s; title queries found first: "
           f"{result['title_found_first']:.3f}")
+    print(bu.markdown_table(["queries", "timed", "p50 ms", "p95 ms", "max ms"],
+                            [[t["kind"], str(t["timed"]), f"{t['p50_ms']:.1f}",
+                              f"{t['p95_ms']:.1f}", f"{t['max_ms']:.1f}"] for t in table]))
+    print(f"wrote {out}")
+    return 0
+
+
+def query_crawl(args: argparse.Namespace) -> int:
+    """``--crawl DIR``: its index queried in a fresh process; a table, and JSON."""
+    bu.log(f"querying the index of {args.crawl} through Searcher ...")
+    q = bu.run_worker([__file__, "--workdir", str(args.workdir), "--data", args.crawl,
+                       "--phase", "crawl", "--query-runs", str(args.query_runs), "--titles",
+                       str(args.titles), "--seed", str(args.seed)])
+    table = summarize(q)
+    result = {"machine": bu.machine_info(("numpy", "tantivy")), "loadavg": bu.loadavg(),
+              "revision": bu.git_revision(Path(__file__).resolve().parent.parent),
+              "args": {k: str(v) for k, v in vars(args).items()}, "open_s": q["open_s"],
+              "peak_rss_bytes": q["peak_rss_bytes"], "summary": table, "queries": q["queries"]}
+    out = args.out or Path("bench-results") / f"search-crawl-{bu.timestamp()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"{args.crawl}: Searcher opened in {q['open_s']:.2f} s, peak RSS "
+          f"{bu.fmt_bytes(q['peak_rss_bytes'])}")
     print(bu.markdown_table(["queries", "timed", "p50 ms", "p95 ms", "max ms"],
                             [[t["kind"], str(t["timed"]), f"{t['p50_ms']:.1f}",
                               f"{t['p95_ms']:.1f}", f"{t['max_ms']:.1f}"] for t in table]))

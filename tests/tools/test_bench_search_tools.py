@@ -205,3 +205,27 @@ def test_bench_search_scale_builds_a_crawl_index_and_queries_it_through_searcher
                           text=True, timeout=TOOL_TIMEOUT, check=True)
     assert json.loads(proc.stdout)["matches"] == title["matches"]
     assert "| queries | timed |" in stdout
+
+
+def test_bench_search_scale_queries_an_indexed_crawl_with_its_own_titles(tmp_path: Path) -> None:
+    data = tmp_path / "crawl"
+    for args in (["tools/seedscale.py", "--pages", "1500", "--pending", "300", "--data",
+                  str(data), "--quiet"], ["-m", "crawler", "index", str(data), "--quiet"]):
+        done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                              timeout=TOOL_TIMEOUT, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+    stdout, res = _run(["tools/bench_search_scale.py", "--crawl", str(data), "--titles", "10",
+                        "--query-runs", "2"], tmp_path)
+    kinds = {row["kind"]: row for row in res["summary"]}
+    assert set(kinds) == {"title", "two_words", "word", "all"}
+    assert kinds["title"]["timed"] == kinds["word"]["timed"] == 10 * 2
+    assert all(0 < row["p50_ms"] <= row["p95_ms"] <= row["max_ms"] for row in kinds.values())
+    # every query is words of an indexed page's title: each finds that page at least,
+    # and fewer words match at least as many pages
+    by_kind: dict[str, list[int]] = {}
+    for q in res["queries"]:
+        assert q["returned"] > 0
+        by_kind.setdefault(q["kind"], []).append(q["matches"])
+    assert all(t <= w2 <= w for t, w2, w in zip(by_kind["title"], by_kind["two_words"],
+                                                  by_kind["word"], strict=True))
+    assert "| queries | timed |" in stdout and res["open_s"] > 0
