@@ -170,23 +170,26 @@ class JsonlSink:
         if self.ranks is not None:
             ranks = self.ranks.ranks(_keys(b"".join(url_key(obj["url"]) for obj, _ in batch)))
         at = 0
+        lines = []
         for (obj, links), rank in zip(batch, ranks, strict=True):
             n = len(links) // LINK_SIZE
             obj["links"] = link_items(links, urls[at : at + n] if urls is not None else None)
             obj.update(rank_fields(rank))
             at += n
-            self._write_line(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+            lines.append(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._write("".join(lines), len(lines))
 
-    def _write_line(self, line: str) -> None:
+    def _write(self, text: str, lines: int) -> None:
+        """Write ``lines`` JSON lines at once (one encode, one call)."""
         assert self._out is not None
         if self._name is None:  # a stream, maybe a terminal: the same JSON, nothing raw
-            line = printable_json(line)  # that a terminal acts on (ESC, C1, bidi controls)
-            self._out.write(line)  # its errors (a closed pipe) as they are
+            text = printable_json(text)  # that a terminal acts on (ESC, C1, bidi controls)
+            self._out.write(text)  # its errors (a closed pipe) as they are
         else:
             with naming(self._name):
-                self._out.write(line)
-        self.lines += 1
-        self.bytes += len(line.encode("utf-8"))
+                self._out.write(text)
+        self.lines += lines
+        self.bytes += len(text.encode("utf-8"))
 
     def close(self, *, complete: bool = True) -> None:
         """Finish (rename) the file; with ``complete`` False, or when that fails, remove
