@@ -40,6 +40,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +94,6 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 
 def queries(args: argparse.Namespace) -> dict[str, Any]:
     """Every query through Searcher.search, timed."""
-    from crawler.search.query import Searcher
-
     todo: list[tuple[str, str, str]] = [(q["kind"], q["text"], "")
                                         for q in corpora.query_set(args.vocab)]
     rng = random.Random(args.seed + 1)
@@ -102,14 +101,23 @@ def queries(args: argparse.Namespace) -> dict[str, Any]:
     for i, url, title, _body in corpora.read_corpus(Path(args.corpus), max(wanted)):
         if i in wanted:
             todo.append(("title", title, url))
+    return timed(args.data, todo, lambda kind: args.query_runs if kind != "title" else 3)
+
+
+def timed(data: str, todo: list[tuple[str, str, str]],
+          runs: Callable[[str], int]) -> dict[str, Any]:
+    """Each (kind, text, url) of ``todo`` through Searcher.search: a warm-up run, then
+    ``runs(kind)`` timed ones; with a url, whether it came first."""
+    from crawler.search.query import Searcher
+
     t0 = time.monotonic()
     out: list[dict[str, Any]] = []
-    with Searcher(args.data) as searcher:
+    with Searcher(data) as searcher:
         open_s = time.monotonic() - t0
         for kind, text, url in todo:
             first = searcher.search(text, limit=10)  # the warm-up run
             ms = []
-            for _ in range(args.query_runs if kind != "title" else 3):
+            for _ in range(runs(kind)):
                 t = time.perf_counter()
                 searcher.search(text, limit=10)
                 ms.append(1e3 * (time.perf_counter() - t))
@@ -127,7 +135,6 @@ def crawl_queries(args: argparse.Namespace) -> dict[str, Any]:
     title whole, its first two words and its first word, timed through Searcher.search
     like the synthetic ones."""
     from crawler.read.listing import CrawlReader, page_meta
-    from crawler.search.query import Searcher
 
     seen: list[str] = []
     with CrawlReader(args.data) as reader:
@@ -140,24 +147,12 @@ def crawl_queries(args: argparse.Namespace) -> dict[str, Any]:
                 if meta is not None and meta.title:
                     seen.append(meta.title)
     rng = random.Random(args.seed + 1)
-    todo: list[tuple[str, str]] = []
+    todo: list[tuple[str, str, str]] = []
     for title in rng.sample(seen, min(args.titles, len(seen))):
         words = title.split()
-        todo += [("title", title), ("two_words", " ".join(words[:2])), ("word", words[0])]
-    t0 = time.monotonic()
-    out: list[dict[str, Any]] = []
-    with Searcher(args.data) as searcher:
-        open_s = time.monotonic() - t0
-        for kind, text in todo:
-            first = searcher.search(text, limit=10)  # the warm-up run
-            ms = []
-            for _ in range(args.query_runs):
-                t = time.perf_counter()
-                searcher.search(text, limit=10)
-                ms.append(1e3 * (time.perf_counter() - t))
-            out.append({"kind": kind, "text": text, "matches": first.matches,
-                        "returned": len(first.hits), "ms": ms})
-    return {"open_s": open_s, "queries": out, "peak_rss_bytes": bu.peak_rss_bytes()}
+        todo += [("title", title, ""), ("two_words", " ".join(words[:2]), ""),
+                 ("word", words[0], "")]
+    return timed(args.data, todo, lambda kind: args.query_runs)
 
 
 def _percentile(values: list[float], p: float) -> float:
@@ -226,14 +221,23 @@ def main(argv: list[str] | None = None) -> int:
               "build": built, "open_s": q["open_s"], "summary": table,
               "title_found_first": sum(x["first"] for x in titles) / max(1, len(titles)),
               "queries": q["queries"]}
-    out = args.out or Path("bench-results") / f"search-scale-{bu.timestamp()}.json"
+    return report(args, "search-scale", result, table,
+                  f"{built['pages']:,} pages in {args.shards} shards: built at "
+                  f"{built['pages_per_s']:,.0f} pages/s, index "
+                  f"{bu.fmt_bytes(built['index_bytes'])} "
+                  f"({built['index_bytes'] / meta['text_bytes']:.2f}x the text); Searcher "
+                  f"opened in {q['open_s']:.2f} s; title queries found first: "
+                  f"{result['title_found_first']:.3f}")
+
+
+def report(args: argparse.Namespace, name: str, result: dict[str, Any],
+           table: list[dict[str, Any]], headline: str) -> int:
+    """The JSON to ``--out`` (default bench-results/NAME-<ts>.json), then a headline
+    and the latency table on stdout."""
+    out = args.out or Path("bench-results") / f"{name}-{bu.timestamp()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    print(f"{built['pages']:,} pages in {args.shards} shards: built at "
-          f"{built['pages_per_s']:,.0f} pages/s, index {bu.fmt_bytes(built['index_bytes'])} "
-          f"({built['index_bytes'] / meta['text_bytes']:.2f}x the text); Searcher opened in "
-          f"{q['open_s']:.2f} s; title queries found first: "
-          f"{result['title_found_first']:.3f}")
+    print(headline)
     print(bu.markdown_table(["queries", "timed", "p50 ms", "p95 ms", "max ms"],
                             [[t["kind"], str(t["timed"]), f"{t['p50_ms']:.1f}",
                               f"{t['p95_ms']:.1f}", f"{t['max_ms']:.1f}"] for t in table]))
@@ -252,16 +256,9 @@ def query_crawl(args: argparse.Namespace) -> int:
               "revision": bu.git_revision(Path(__file__).resolve().parent.parent),
               "args": {k: str(v) for k, v in vars(args).items()}, "open_s": q["open_s"],
               "peak_rss_bytes": q["peak_rss_bytes"], "summary": table, "queries": q["queries"]}
-    out = args.out or Path("bench-results") / f"search-crawl-{bu.timestamp()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    print(f"{args.crawl}: Searcher opened in {q['open_s']:.2f} s, peak RSS "
-          f"{bu.fmt_bytes(q['peak_rss_bytes'])}")
-    print(bu.markdown_table(["queries", "timed", "p50 ms", "p95 ms", "max ms"],
-                            [[t["kind"], str(t["timed"]), f"{t['p50_ms']:.1f}",
-                              f"{t['p95_ms']:.1f}", f"{t['max_ms']:.1f}"] for t in table]))
-    print(f"wrote {out}")
-    return 0
+    return report(args, "search-crawl", result, table,
+                  f"{args.crawl}: Searcher opened in {q['open_s']:.2f} s, peak RSS "
+                  f"{bu.fmt_bytes(q['peak_rss_bytes'])}")
 
 
 if __name__ == "__main__":
