@@ -13,6 +13,8 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
+from .pagelimit import SharedPageLimit
+
 
 @dataclass(frozen=True, slots=True)
 class CountsSnapshot:
@@ -29,6 +31,8 @@ class Counters:
         self.fetched = 0  # requests reserved against --max-pages
         self.bytes = 0  # bytes on the wire
         self.subrequests = 0  # requests made for pages rendering in the browser
+        # the run's count of every shard on this machine (crawler.run.pagelimit)
+        self.shared: SharedPageLimit | None = None
 
     def count(self, key: str, n: int = 1) -> None:
         """``n`` more outcomes of ``key`` (crawler.outcomes.outcome_key, or retry:...)."""
@@ -45,9 +49,14 @@ class Counters:
             self.bytes += wire_bytes
 
     def reserve_fetch(self, limit: int | None) -> bool:
-        """Count one fetch against ``limit`` (--max-pages); False once it is reached."""
+        """Count one fetch against ``limit`` (--max-pages), or against the count the
+        shards of the run share when there is one (``shared``); False once it is
+        reached."""
         with self._lock:
-            if limit is not None and self.fetched >= limit:
+            if self.shared is not None:
+                if not self.shared.reserve():
+                    return False
+            elif limit is not None and self.fetched >= limit:
                 return False
             self.fetched += 1
             return True

@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 :class:`ShardRunner` is what a supervisor (or, in issue 13, a Ray actor)
 drives: it builds shard ``index``'s engine over ``DIR/shard-NN`` with its
-share of ``--threads`` and ``--max-pages``, serves the link exchange into the
+share of ``--threads`` and of ``--max-pages`` (under a supervisor, the count
+every shard of the run takes from: crawler.run.pagelimit), serves the link exchange into the
 frontier's ``receive`` and starts the forwarder that empties the outbox. Its
 controls are :meth:`report` (a status snapshot plus ``idle`` and
 ``activity``, from which the supervisor decides that the crawl is complete),
@@ -50,6 +51,7 @@ from ..state.pages import decode_bulk
 from ..state.shards import ShardPlace, shard_dir
 from .engine import Engine
 from .exchange import SOCKET_NAME, Forwarder, LinkExchange, UnixExchange, linger_for
+from .pagelimit import SharedPageLimit
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +68,17 @@ def share(total: int, place: ShardPlace) -> int:
     return total // place.count + (1 if place.index < total % place.count else 0)
 
 
-def shard_config(config: CrawlerConfig, place: ShardPlace) -> CrawlerConfig:
+def shard_config(config: CrawlerConfig, place: ShardPlace, *,
+                 shared_limit: bool = False) -> CrawlerConfig:
     """The crawl's settings for one shard: its directory, its share of the threads
-    (at least one) and of ``max_pages``."""
+    (at least one) and of ``max_pages`` (all of it with ``shared_limit``: the shards
+    count together, crawler.run.pagelimit)."""
     max_pages = config.max_pages
     return dataclasses.replace(
         config,
         data_dir=shard_dir(config.data_dir, place.index, place.count),
         threads=max(1, share(config.threads, place)),
-        max_pages=None if max_pages is None else share(max_pages, place),
+        max_pages=None if max_pages is None or shared_limit else share(max_pages, place),
     )
 
 
@@ -94,13 +98,18 @@ class ShardRunner:
         seeds: Sequence[str] = (),
         *,
         leftover_wait: float = LEFTOVER_WAIT,
+        page_count: str | None = None,
     ) -> None:
         self.place = place
         self.exchange = exchange
-        cfg = shard_config(config, place)
+        shared = page_count is not None and config.max_pages is not None
+        cfg = shard_config(config, place, shared_limit=shared)
         os.makedirs(cfg.data_dir, exist_ok=True)
         self.engine = _open_engine(cfg, place, leftover_wait)
         try:
+            if shared:
+                assert page_count is not None and config.max_pages is not None
+                self.engine.counters.shared = SharedPageLimit(page_count, config.max_pages)
             self.engine.add_seeds(list(seeds))
             outbox = self.engine.frontier.outbox  # None for the one shard of a crawl
             # (a Ray crawl of --shards 1): it has no other shard to send links to
@@ -111,6 +120,8 @@ class ShardRunner:
             self._counts_lock = threading.Lock()
             exchange.serve(place.index, self._admit)
         except BaseException:
+            if self.engine.counters.shared is not None:
+                self.engine.counters.shared.close()
             self.engine.close()
             raise
         self.started = time.monotonic()
@@ -128,7 +139,11 @@ class ShardRunner:
         """Crawl until :meth:`finish` (True) or a stop / the page limit (False)."""
         if self.forwarder is not None:
             self.forwarder.start()
-        return self.engine.run(before_close=self._close_exchange)
+        try:
+            return self.engine.run(before_close=self._close_exchange)
+        finally:
+            if self.engine.counters.shared is not None:
+                self.engine.counters.shared.close()
 
     def _close_exchange(self) -> None:
         if self.forwarder is not None:
@@ -287,7 +302,8 @@ def child_main() -> None:
     ).start()
     exchange = UnixExchange(socket_paths(config.data_dir, place.count))
     try:
-        runner = ShardRunner(config, place, exchange, list(setup.get("seeds", [])))
+        runner = ShardRunner(config, place, exchange, list(setup.get("seeds", [])),
+                             page_count=setup.get("page_count"))
     except DataDirError as exc:
         log.error("%s", exc)
         control.write({"final": {"error": str(exc)}})

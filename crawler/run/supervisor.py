@@ -14,8 +14,9 @@ answer to the first came in) find every shard idle with the same
 admitted or wrote anything between its two answers, and since a link in
 transit keeps its sender's outbox non-empty (the sender is not idle until the
 owner's ack) and admitting it is a commit, nothing was in transit either. It
-then tells every shard to ``finish``. A shard that reaches its share of
-``--max-pages`` stops, and the supervisor stops the others.
+then tells every shard to ``finish``. ``--max-pages`` is one count the shards
+share (``DIR/pages.count``, made at the start of each run: crawler.run.pagelimit);
+the shard that finds it used up stops, and the supervisor stops the others.
 
 A shard that dies (killed, crashed) is started again after a backoff that
 doubles from ``RESTART_BACKOFF`` up to ``MAX_BACKOFF`` and is reset once a
@@ -54,6 +55,7 @@ from typing import IO, Any
 
 from ..config import CrawlerConfig
 from ..exceptions import CrawlerError, DataDirError
+from . import pagelimit
 from .overview import Overview, Round, ShardTally, Summary, quiescent
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,15 @@ class Supervisor(Overview):
         self._round: Round | None = None  # the last answered round
         self._round_sent = 0.0
         self._lock_fd = take_lock(self.data_dir)
+        # --max-pages is one count for all the shards (crawler.run.pagelimit)
+        self._page_count: str | None = None
+        if config.max_pages is not None:
+            self._page_count = os.path.join(self.data_dir, pagelimit.COUNT_NAME)
+            try:
+                pagelimit.create(self._page_count)
+            except BaseException:
+                os.close(self._lock_fd)
+                raise
         self._config_hex = pickle.dumps(config).hex()
         self._started = time.monotonic()
         self._last_status = self._started
@@ -164,6 +175,7 @@ class Supervisor(Overview):
             # (admission drops the ones already known)
             "seeds": self.seeds,
             "log_level": self.log_level,
+            "page_count": self._page_count,
         }
         self._send(s, setup)
         if self._finishing:  # it died while the others were finishing: it finishes too
@@ -240,7 +252,8 @@ class Supervisor(Overview):
             s.report, s.report_seq = msg["report"], int(msg.get("seq", -1))
             if s.report.get("limit") and not self._limit:
                 self._limit = True
-                log.info("shard %d used its share of --max-pages: stopping", s.index)
+                log.info("--max-pages reached (shard %d had more to fetch): stopping",
+                         s.index)
                 self._stopping = True
 
     def _exited(self, s: _Shard) -> None:

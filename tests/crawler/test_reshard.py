@@ -55,10 +55,10 @@ BAD_HOST = "gone.test"
 
 def crawl_part(web: TestWeb, data: Path, limit: int, *extra: str) -> None:
     """A 2-shard crawl of ``limit`` pages, more until both shards recorded some. The
-    crawl stops when one shard used its share of the limit, so the shard of the seed's
-    host alone could use it all while the other waited for links, DNS and robots.txt
-    (five runs in a row once, on a loaded machine): the other shard gets a seed of its
-    own, a page the oracle's crawl fetches (so the crawl's pages stay the oracle's)."""
+    shards take from one count, so the shard of the seed's host alone could use it all
+    while the other waited for links, DNS and robots.txt: the other shard gets a seed
+    of its own, a page the oracle's crawl fetches (so the crawl's pages stay the
+    oracle's)."""
     first = owner(host_of(web.seed_url), 2)
     other = sorted(u for u in web.oracle.crawl().fetched if owner(host_of(u), 2) != first)[0]
     seeds = data.parent / f"{data.name}-seeds.txt"

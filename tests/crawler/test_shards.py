@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -14,10 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crawl_helpers import REPO, cli_args, fetched_urls, records, run_crawl, shard_paths, start_cli
+from crawl_helpers import (
+    META_PATHS,
+    REPO,
+    cli_args,
+    fetched_urls,
+    page_refetches,
+    records,
+    run_crawl,
+    shard_paths,
+    start_cli,
+)
 
 import kvstore
 from crawler.cli import main
+from crawler.run import pagelimit
+from crawler.run.pagelimit import SharedPageLimit
 from crawler.state.shards import SHARDS_NAME, owner, read_count
 from crawler.web.urls import host_of
 from tools.rayenv import alive
@@ -80,6 +93,45 @@ def test_sharded_crawl_matches_the_oracle_once_and_politely(
 # What the supervisor must not load: it lives as long as the crawl, and these are
 # ~30 MB resident that only the shards use.
 SHARD_ONLY = ("numpy", "lxml", "kvstore", "requests", "urllib3", "dns")
+
+
+@pytest.mark.parametrize(("hosts", "processes", "limit"), [(1, 3, 20), (6, 2, 30)])
+def test_max_pages_is_one_count_for_all_the_shards(
+    make_testweb: MakeWeb, tmp_path: Path, hosts: int, processes: int, limit: int
+) -> None:
+    """--max-pages N fetches N pages whichever shards have the work: a site of one host
+    is one shard's (its even share was 7 of 20), hosts of several shards share the
+    count; the next run counts afresh and the crawl then ends as the oracle's."""
+    web = make_testweb(pages=120, hosts=hosts, seed=8, crawl_delay=0.0)
+    data = tmp_path / "c"
+    out = crawl(web, data, processes, "--max-pages", str(limit))
+    assert out.startswith("crawl stopped (limit reached): ")
+    assert summary(out)["fetched"] == limit
+    pages = [r.url for r in web.log.records() if r.path not in META_PATHS]
+    assert len(pages) == limit and len(fetched_urls(data)) == limit
+    assert int.from_bytes((data / "pages.count").read_bytes(), "little") == limit
+    again = crawl(web, data, processes, "--max-pages", "5")
+    assert summary(again)["fetched"] == 5  # this run's count, from zero
+    crawl(web, data, processes)
+    assert fetched_urls(data) == set(web.oracle.crawl().fetched)
+    assert page_refetches(web) == {}
+
+
+def test_a_shared_page_count_never_passes_its_limit_across_processes(tmp_path: Path) -> None:
+    """Four processes reserving at once (from the same moment) from one count of
+    30,000, 20,000 tries each: exactly 30,000 granted, and the count says so."""
+    path = str(tmp_path / "pages.count")
+    pagelimit.create(path)
+    code = ("import sys, time; from crawler.run.pagelimit import SharedPageLimit; "
+            "c = SharedPageLimit(sys.argv[1], 30000); t = float(sys.argv[2]); "
+            "time.sleep(max(0.0, t - time.time())); "
+            "print(sum(c.reserve() for _ in range(20000)))")
+    at = str(time.time() + 2.0)  # they start together, once all are up
+    procs = [subprocess.Popen([sys.executable, "-c", code, path, at], cwd=REPO, text=True,
+                              stdout=subprocess.PIPE) for _ in range(4)]
+    granted = [int(p.communicate(timeout=120)[0]) for p in procs]
+    assert sum(granted) == 30000 and all(0 <= g <= 20000 for g in granted)
+    assert SharedPageLimit(path, 30000).count() == 30000
 
 
 def test_the_supervisor_process_loads_no_shard_library(
