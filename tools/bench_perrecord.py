@@ -57,16 +57,27 @@ def read_task_ms(data: str, records: int) -> float:
         pages.close()
 
 
-def lookup_us(data: str, links: int) -> tuple[float, float]:
-    """CPU us of a URL lookup and of a rank lookup by key, over ``links`` link targets."""
-    keys: list[bytes] = []
-    with CrawlReader(data) as reader:
-        for page in reader.pages(with_body=False):
-            keys.extend(k for k, _ in page.link_list())
-            if len(keys) >= links:
-                break
-    keys = keys[:links]
-    with RankStore(data) as ranks:
+def link_keys(reader: CrawlReader, links: int) -> np.ndarray:
+    """The first ``links`` link targets of the crawl's pages in store order, as an
+    (n, 16) uint8 array."""
+    parts: list[bytes] = []
+    size = 0
+    for page in reader.pages(with_body=False):
+        parts.append(page.links[: page.link_count() * KEY_SIZE])
+        size += len(parts[-1])
+        if size >= links * KEY_SIZE:
+            break
+    return np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(-1, KEY_SIZE)[:links]
+
+
+def lookup_us(data: str, links: int) -> tuple[float, float, float]:
+    """CPU us a link target of a URL lookup and of a rank lookup by key, one at a time,
+    and of export's batched resolution (crawler.read.linkgraph.Resolver.many: the rank
+    store's vectorized search, MainDB's indexes for what it lacks) in batches of 16,384
+    as export makes them, over ``links`` link targets."""
+    with CrawlReader(data) as reader, RankStore(data) as ranks:
+        array = link_keys(reader, links)
+        keys = [row.tobytes() for row in array]
         started = time.process_time()
         for key in keys:
             ranks.url(key)
@@ -75,26 +86,12 @@ def lookup_us(data: str, links: int) -> tuple[float, float]:
         for key in keys:
             ranks.get(key)
         rank = (time.process_time() - started) / len(keys) * 1e6
-    return url, rank
-
-
-def batch_us(data: str, links: int) -> float:
-    """CPU us a link of export's batched resolution (crawler.read.linkgraph.Resolver.many:
-    the rank store's vectorized search, MainDB's indexes for what it lacks), in batches
-    of 16,384 link targets as export makes them."""
-    parts: list[bytes] = []
-    with CrawlReader(data) as reader:
-        for page in reader.pages(with_body=False):
-            parts.append(page.links[: page.link_count() * KEY_SIZE])
-            if sum(map(len, parts)) >= links * KEY_SIZE:
-                break
-        keys = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(-1, KEY_SIZE)[:links]
-        with RankStore(data) as ranks:
-            resolver = Resolver(reader, ranks=ranks)
-            started = time.process_time()
-            for i in range(0, len(keys), 1 << 14):
-                resolver.many(keys[i : i + (1 << 14)])
-            return (time.process_time() - started) / len(keys) * 1e6
+        resolver = Resolver(reader, ranks=ranks)
+        started = time.process_time()
+        for i in range(0, len(array), 1 << 14):
+            resolver.many(array[i : i + (1 << 14)])
+        batch = (time.process_time() - started) / len(array) * 1e6
+    return url, rank, batch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeat):
         runs["read_task_ms"].append(read_task_ms(args.data, args.records))
         if has_ranks:
-            url, rank = lookup_us(args.data, args.links)
+            url, rank, batch = lookup_us(args.data, args.links)
             runs["url_lookup_us"].append(url)
             runs["rank_lookup_us"].append(rank)
-            runs["link_batch_us"].append(batch_us(args.data, args.links))
+            runs["link_batch_us"].append(batch)
     out: dict[str, Any] = {name: round(statistics.median(v), 3) if v else None
                            for name, v in runs.items()}
     out.update(data=args.data, records=args.records, links=args.links, repeat=args.repeat)

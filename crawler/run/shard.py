@@ -120,8 +120,7 @@ class ShardRunner:
             self._counts_lock = threading.Lock()
             exchange.serve(place.index, self._admit)
         except BaseException:
-            if self.engine.counters.shared is not None:
-                self.engine.counters.shared.close()
+            self._close_page_count()
             self.engine.close()
             raise
         self.started = time.monotonic()
@@ -142,8 +141,11 @@ class ShardRunner:
         try:
             return self.engine.run(before_close=self._close_exchange)
         finally:
-            if self.engine.counters.shared is not None:
-                self.engine.counters.shared.close()
+            self._close_page_count()
+
+    def _close_page_count(self) -> None:
+        if self.engine.counters.shared is not None:
+            self.engine.counters.shared.close()
 
     def _close_exchange(self) -> None:
         if self.forwarder is not None:

@@ -257,7 +257,7 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
                          f", {len(s.spill):,} read by an earlier run" if len(s.spill) else "",
                          " (rebuilding)" if s.rebuilt else "")
             read_skips = read_phase(live, count, stats, text_limit,
-                                       workers or default_workers(), chunk, progress, total)
+                                    workers or default_workers(), chunk, progress, total)
             for s in live:  # 2. anchors
                 merge_anchors(s)
                 s.close_anchors()
