@@ -20,6 +20,7 @@ from . import exceptions
 from ._backend import BACKEND
 from ._datafiles import stamp
 from ._format import FORMAT_VERSION, KEY_SIZE, md5_key
+from ._index import release_freed_memory
 from ._keysets import KeyIntMap, KeySet
 from ._recovery import Recovery, TornTail
 from ._repair import RepairReport, repair
@@ -53,6 +54,7 @@ __all__ = [
     "exceptions",
     "md5_key",
     "open",
+    "release_freed_memory",
     "repair",
     "stamp",
 ]
@@ -66,6 +68,7 @@ def open(  # noqa: A001 - the natural name, as in dbm.open and shelve.open
     max_value_size: int = DEFAULT_MAX_VALUE_SIZE,
     buffer_size: int = DEFAULT_BUFFER_SIZE,
     tail_check_bytes: int = DEFAULT_TAIL_CHECK_BYTES,
+    map_values: bool = True,
 ) -> Store:
     """Open (a writer creates) the store in directory ``path``.
 
@@ -74,7 +77,10 @@ def open(  # noqa: A001 - the natural name, as in dbm.open and shelve.open
     automatic flush. ``tail_check_bytes``: on open, the records in this many
     final bytes of the VAL file are CRC-checked (``verify()`` checks all).
     A writer holds an exclusive lock; read-only opens take none and see the
-    records flushed before they opened.
+    records flushed before they opened. ``map_values=False``: values are read by
+    pread, never through a map of the VAL file, so pages a read touched are not
+    left in the process's RSS (for a process that reads a file much larger than
+    what it keeps using; a get costs a system call more).
     """
     return Store(
         path,
@@ -83,4 +89,5 @@ def open(  # noqa: A001 - the natural name, as in dbm.open and shelve.open
         max_value_size=max_value_size,
         buffer_size=buffer_size,
         tail_check_bytes=tail_check_bytes,
+        map_values=map_values,
     )

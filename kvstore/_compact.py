@@ -224,7 +224,9 @@ class Compaction:
 
     def open_new(self) -> _Generation:
         w = self.writer
-        files = _datafiles.DataFiles(self.directory, self.old.gen + 1, readonly=False)
+        files = _datafiles.DataFiles(
+            self.directory, self.old.gen + 1, readonly=False, map_values=self.old.map_values
+        )
         w.index.fit()
         files.remap(w.val_end)
         return _Generation(files, w.index, w.val_end, w.key_size)

@@ -148,11 +148,20 @@ class DataFiles:
     The object is shared by reader threads after a compaction replaced it, so
     its fds are closed only when the last reference goes (``__del__``) or by
     an explicit ``close()`` at store close.
+
+    ``map_values=False``: VAL is never mapped and every read is a pread. A mapped
+    page that a read touched stays in the process's RSS until the map goes, so a
+    process that reads a file much larger than what it keeps using (a crawl's
+    PendDB, read whole at open) would hold the file; read by pread, the same pages
+    are only the kernel's page cache.
     """
 
-    def __init__(self, directory: str, gen: int, readonly: bool) -> None:
+    def __init__(
+        self, directory: str, gen: int, readonly: bool, *, map_values: bool = True
+    ) -> None:
         self.directory = directory
         self.gen = gen
+        self.map_values = map_values
         self.key_path, self.val_path = data_paths(directory, gen)
         flags = os.O_RDONLY if readonly else os.O_RDWR | os.O_APPEND
         self.key_fd = self.val_fd = -1
@@ -177,9 +186,11 @@ class DataFiles:
         return fmt.RECORD_HEADER_SIZE if self.keyed else fmt.VAL_HEADER_SIZE
 
     def remap(self, length: int) -> tuple[mmap.mmap | None, int]:
-        """Map the first ``length`` bytes of VAL (all of them on disk) for reads."""
-        mm = mmap.mmap(self.val_fd, length, access=mmap.ACCESS_READ) if length else None
-        self.mm = (mm, length)
+        """Map the first ``length`` bytes of VAL (all of them on disk) for reads; nothing
+        without ``map_values`` (reads then pread)."""
+        mapped = length and self.map_values
+        mm = mmap.mmap(self.val_fd, length, access=mmap.ACCESS_READ) if mapped else None
+        self.mm = (mm, length if mm is not None else 0)
         return self.mm
 
     def close(self) -> None:

@@ -12,27 +12,13 @@ the kept KEY records one bounded chunk at a time, sized once for all of them.
 
 from __future__ import annotations
 
-import ctypes
 import os
 
 from . import _datafiles, _indexfile, _recovery
 from . import _format as fmt
-from ._index import HashIndex
+from ._index import HashIndex, release_freed_memory
 
 OFFSET_WIDTH = 6  # index bytes per offset: VAL files up to 128 TiB
-
-
-def _release_freed_memory() -> None:
-    """Hand the heap freed by an index build back to the OS (glibc keeps it otherwise).
-
-    A build's temporaries are tens of MB; glibc raises its mmap threshold after
-    freeing such blocks and then serves them from the heap, which it does not
-    shrink on its own. Elsewhere this is a no-op.
-    """
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 class _Generation:
@@ -85,7 +71,7 @@ def load(
         del chunk  # dropped before the next chunk is read into the same buffer
     index.fit(min_keys=capacity)
     del loaded
-    _release_freed_memory()
+    release_freed_memory()
     files.remap(val_end)
     return _Generation(files, index, val_end, key_size), recovery, "rebuilt"
 

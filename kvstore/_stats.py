@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,10 +56,11 @@ def _live_record_sizes(g: _Generation) -> np.ndarray:
     _, offs = g.index.items_arrays()
     if not len(offs):
         return np.zeros(0, dtype=np.int64)
-    mm, _ = g.files.remap(g.wbuf[0])
-    assert mm is not None
-    data = np.frombuffer(mm, dtype=np.uint8)
-    try:
-        return fmt.record_lengths(data, offs) + g.files.record_header_size
-    finally:
-        del data
+    # A map of its own, closed after: the store's own may not exist (map_values=False),
+    # and a scan of every record should not leave the file's pages in the RSS.
+    with mmap.mmap(g.files.val_fd, g.wbuf[0], access=mmap.ACCESS_READ) as mm:
+        data = np.frombuffer(mm, dtype=np.uint8)
+        try:
+            return fmt.record_lengths(data, offs) + g.files.record_header_size
+        finally:
+            del data

@@ -78,6 +78,7 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
         max_value_size: int = DEFAULT_MAX_VALUE_SIZE,
         buffer_size: int = DEFAULT_BUFFER_SIZE,
         tail_check_bytes: int = DEFAULT_TAIL_CHECK_BYTES,
+        map_values: bool = True,
     ) -> None:
         if not 0 <= max_value_size <= fmt.MAX_VALUE_SIZE_LIMIT:
             raise ValueError(f"max_value_size must be 0..{fmt.MAX_VALUE_SIZE_LIMIT}")
@@ -86,6 +87,7 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
         self.max_value_size = max_value_size
         self._buffer_size = buffer_size
         self._tail_check_bytes = tail_check_bytes
+        self.map_values = map_values
         # What the open left out of the store (a torn tail), or None: see _recovery.Recovery.
         self.recovery: _recovery.Recovery | None = None
         # How the open got its index: "saved" (read back from a clean close) or "rebuilt".
@@ -117,7 +119,9 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
                     log.info("%s: removing %s left by an interrupted compaction", self.path, name)
                     os.remove(os.path.join(self.path, name))
             try:
-                files = _datafiles.DataFiles(self.path, gen, self.readonly)
+                files = _datafiles.DataFiles(
+                    self.path, gen, self.readonly, map_values=self.map_values
+                )
             except FileNotFoundError:
                 if self.readonly:
                     continue

@@ -236,3 +236,33 @@ def test_stats_measures_the_probes_in_bounded_memory() -> None:
     # The same mean as one pass over all the keys at once.
     _, probes = m._index.lookup_many(keys, count_probes=True)
     assert st["mean_probe_length"] == pytest.approx(float(probes.mean()), rel=1e-12)
+
+
+@pytest.mark.parametrize("readonly", [True, False])
+def test_unmapped_reads_leave_no_page_of_the_file_in_the_rss(
+    on_disk_store: tuple[Path, list[bytes]], data_files, readonly: bool
+) -> None:
+    """map_values=False: every value read (all of them, then stats() and a compaction)
+    is a pread, checked as any get; the VAL file is never in the process's RSS. The same
+    reads of a mapped store leave megabytes of it there."""
+    path, keys = on_disk_store
+    _, val_file = data_files(path)
+    with kvstore.open(path, readonly=True) as db:
+        want = {key: db[key] for key in keys}
+        assert mapped_rss_kib(val_file) > 1000, "a mapped store's reads left no page mapped"
+    with kvstore.open(path, readonly=readonly, map_values=False) as db:
+        a = read_counters()
+        assert all(db[key] == value for key, value in want.items())
+        b = read_counters()
+        assert b[0] - a[0] >= len(keys), "not a pread a get"
+        assert db.stats().live_bytes > 0
+        assert mapped_rss_kib(val_file) == 0
+        if not readonly:
+            db[keys[0]] = b"changed"
+            db.flush()
+            assert db[keys[0]] == b"changed"
+            db.compact()
+            _, val_file = data_files(path)
+            assert db[keys[0]] == b"changed" and db[keys[1]] == want[keys[1]]
+            assert mapped_rss_kib(val_file) == 0, "the compacted generation is mapped"
+            db[keys[0]] = want[keys[0]]
