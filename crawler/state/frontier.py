@@ -6,7 +6,8 @@ State (DESIGN §4.1), all under the data directory:
 
 * MainDB (``main/``, kvstore): url_key -> encoded PageRecord, every outcome.
 * PendDB (``pend/``, kvstore): bulk key (a counter) -> ~25 pending URLs.
-* PendSet (KeySet): url_keys of URLs in live, unclaimed-or-claimed bulks.
+* PendSet (crawler.state.pendset, 8-byte fingerprints): url_keys of URLs in live,
+  unclaimed-or-claimed bulks.
 * ProcessingSet (KeySet): url_keys claimed and not yet committed.
 * ``urls.log``: every admitted URL, one per line.
 
@@ -73,6 +74,7 @@ from .due import MAX_REVISITS_PER_SCAN, DueTimes, scan_interval
 from .outbox import Outbox
 from .outcomelog import OutcomeLog
 from .pages import PageRecord, Pending, decode_bulk, decode_page, encode_bulk
+from .pendset import PendSet
 from .shards import Router
 from .syncer import Syncer, compact_if_wasted
 from .tally import Keeper
@@ -163,19 +165,27 @@ class Frontier:
         self.data_dir = data_dir
         self.bulk_size = bulk_size
         os.makedirs(data_dir, exist_ok=True)
+        # Both stores read by pread, not through maps of their files (kvstore.open's
+        # map_values): the open reads every PendDB bulk, and a crawl reads MainDB
+        # records now and then (expand, revisits); mapped, each page read would stay in
+        # the shard's RSS for good (~0.65 GB a shard of PendDB's alone at 20M pages).
         try:
-            self.main = kvstore.open(os.path.join(data_dir, "main"), buffer_size=64 << 20)
+            self.main = kvstore.open(
+                os.path.join(data_dir, "main"), buffer_size=64 << 20, map_values=False
+            )
         except kvstore.exceptions.StoreLockedError as exc:
             raise DataDirError(
                 f"{data_dir}: another crawl is running on this data directory"
             ) from exc
-        self.pend = kvstore.open(os.path.join(data_dir, "pend"), buffer_size=64 << 20)
+        self.pend = kvstore.open(
+            os.path.join(data_dir, "pend"), buffer_size=64 << 20, map_values=False
+        )
         # One shard of several: links for other shards' hosts go to the outbox.
         self.outbox = Outbox(data_dir, router) if router and router.place.count > 1 else None
         self._received: list[tuple[list[tuple[bytes, Pending]], threading.Event]] = []
         self._closing = False  # receive() refuses from now on
         self.commits = 0  # commits that wrote something: the shard's activity counter
-        self.pend_set = kvstore.KeySet()
+        self.pend_set = PendSet()  # filled by _rebuild
         self.processing = kvstore.KeySet()
         self._unclaimed = kvstore.KeySet()
         self._claimed: dict[bytes, int] = {}  # bulk key -> URLs not yet committed
@@ -231,15 +241,15 @@ class Frontier:
     def _rebuild(self) -> None:
         """PendSet and the unclaimed bulks from the live PendDB bulks (after any stop),
         read ``REBUILD_BATCH`` URLs at a time: at 14M pending URLs a shard, a list of
-        them all held ~1.5 GB while it lasted. Their keys (16 bytes each) go to PendSet in
-        one batch, which sizes it for them all (~29 bytes a key; ~37 grown batch by batch)."""
+        them all held ~1.5 GB while it lasted. PendSet is made of their keys at once
+        (one sort)."""
         top = -1
         keys: list[bytes] = []
         depths: list[int] = []
         # One growing buffer, not a list of arrays: freed, it goes back to the OS whole
         # (batches of a few MB each would stay in the heap of the process for good).
         pending = bytearray()
-        for bk in self.pend:
+        for bk in self.pend:  # in the file's order
             top = max(top, int.from_bytes(bk, "big"))
             self._unclaimed.add(bk)
             bulk = decode_bulk(self.pend[bk])
@@ -250,7 +260,9 @@ class Frontier:
                 keys, depths = [], []
         pending += self._not_done(keys, depths)
         if pending:
-            self.pend_set.add_many(np.frombuffer(pending, dtype=np.uint8).reshape(-1, 16))
+            self.pend_set = PendSet(np.frombuffer(pending, dtype=np.uint8).reshape(-1, 16))
+        del pending
+        kvstore.release_freed_memory()  # the batches' and the sort's temporaries
         self._counter = top + 1
         if len(self._unclaimed):
             log.info("%s: resuming with %d pending bulks", self.data_dir, len(self._unclaimed))
@@ -284,17 +296,19 @@ class Frontier:
                 return None
             self._unclaimed.discard(bk)
             out = []
+            keys = []  # each leaves PendSet: MainDB or ProcessingSet knows it now
             for entry in decode_bulk(self.pend[bk]):
                 k = url_key(entry.url)
+                keys.append(k)
                 if k in self.processing or (k in self.main and not self._revisiting(k)):
-                    self.pend_set.discard(k)  # MainDB or ProcessingSet knows it now
                     continue  # done before a restart, or in flight from another bulk
                 self.processing.add(k)
-                self.pend_set.discard(k)
                 d = self.depths.get(k)
                 if 0 <= d < entry.depth:  # a shorter path turned up since it was written
                     entry = entry._replace(depth=d)
                 out.append(Claimed(bk, k, entry))
+            if keys:
+                self.pend_set.discard_many(_keys_array(keys))
             if out:
                 self._claimed[bk] = len(out)
             else:
