@@ -277,7 +277,10 @@ class Fetcher:
     def _fail(self, url: str, w: Watch, exc: BaseException, phase: str) -> FetchError:
         if w.aborted:
             return FetchError(url, outcomes.ABORTED, "the fetcher was closed")
-        if w.expired:
+        # A socket timeout is capped at what is left of the total: one that fires at the
+        # deadline is the total's, even before the watchdog's thread (starved on a busy
+        # machine) has marked the watch expired.
+        if w.expired or (isinstance(exc, TimeoutError) and w.remaining() <= 0):
             return FetchError(url, outcomes.TOTAL_TIMEOUT, f"over {self._total:g} s")
         return FetchError(url, _classify(exc, phase), _detail(exc))
 

@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crawler.exceptions import ConfigError, DNSError, FetchError, URLError
+from crawler.net import watchdog
 from crawler.net.answer import FetchResult, content_type, parse_content_type, parse_retry_after
 from crawler.net.fetch import READ_CHUNK, Fetcher
 from crawler.web.urls import normalize, parse
@@ -663,6 +664,21 @@ class TestRawAnswers:
         finally:
             stop.set()
         assert err.reason == "total_timeout" and time.monotonic() - t0 < 0.8 + MARGIN
+
+    def test_a_socket_timeout_at_the_deadline_is_the_totals_whatever_the_watchdog(
+            self, raw_server: Any, make_fetcher: MakeFetcher, monkeypatch: pytest.MonkeyPatch):
+        # On a busy machine the watchdog's thread may not run before the handshake's
+        # socket timeout (capped at what is left of the total) fires: the fetch is still
+        # over its total, not a connect timeout. Here the watchdog never runs at all.
+        monkeypatch.setattr(watchdog.Watchdog, "_run", lambda self: None)
+        stop = threading.Event()
+        srv = raw_server(lambda conn, n: stop.wait(5))
+        f = make_fetcher(RAW, connect_timeout=1.0, read_timeout=1.0, total_timeout=0.5)
+        try:
+            err = fetch_error(f, f"https://raw.test:{srv.port}/")
+        finally:
+            stop.set()
+        assert err.reason == "total_timeout"
 
     @pytest.mark.parametrize("scheme", ["http", "https"])
     def test_kept_alive_connection_closed_by_server_is_retried_once(
