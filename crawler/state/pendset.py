@@ -51,6 +51,18 @@ def fingerprints(keys: Any) -> np.ndarray:
     return arr[:, :8].copy().view("<u8").reshape(-1)
 
 
+def _sorted_unique(fps: np.ndarray) -> np.ndarray:
+    """``fps`` sorted in place, without repeats (np.unique of numpy 2.4 hashes first:
+    12 s for 13.5M fingerprints, against ~1 s for a sort)."""
+    fps.sort()
+    if len(fps) < 2:
+        return fps
+    keep = np.empty(len(fps), dtype=np.bool_)
+    keep[0] = True
+    np.not_equal(fps[1:], fps[:-1], out=keep[1:])
+    return fps if keep.all() else fps[keep]
+
+
 def _padded(rows: np.ndarray) -> np.ndarray:
     """Key rows with their last 8 bytes zeroed: the recent map's keys."""
     out = np.zeros((len(rows), 16), dtype=np.uint8)
@@ -68,7 +80,7 @@ class PendSet:
         self._gone = np.zeros(0, dtype=np.bool_)
         self._gone_count = 0
         if keys is not None and len(keys):
-            self._sorted = np.unique(fingerprints(keys))
+            self._sorted = _sorted_unique(fingerprints(keys))
             self._gone = np.zeros(len(self._sorted), dtype=np.bool_)
 
     def __len__(self) -> int:
@@ -147,8 +159,8 @@ class PendSet:
             if len(self._recent):
                 padded = _padded(rows)
                 recent = self._recent.contains_many(padded)
-                for row in padded[recent]:
-                    del self._recent[row.tobytes()]  # held: the lock keeps it so
+                for key in {row.tobytes() for row in padded[recent]}:  # a key twice: once
+                    del self._recent[key]  # held: the lock keeps it so
             at, held = self._slots(fps)
             live = held & ~recent
             gone = np.unique(at[live])

@@ -107,3 +107,13 @@ def test_claims_discarding_while_the_committer_adds_lose_nothing(
         w.join()
     assert len(s) == 20_000
     assert not s.contains_many(first).any() and s.contains_many(later).all()
+
+
+def test_a_batch_may_name_a_url_twice() -> None:
+    s = PendSet(rows([POOL[0], POOL[0], POOL[1]]))
+    assert len(s) == 2
+    s.add(POOL[2])
+    s.discard_many(rows([POOL[2], POOL[2], POOL[0], POOL[0]]))
+    assert len(s) == 1 and POOL[1] in s
+    s.add_many(rows([POOL[3], POOL[3], POOL[0], POOL[0]]))
+    assert len(s) == 3 and s.contains_many(rows(POOL[:4])).tolist() == [True, True, False, True]
