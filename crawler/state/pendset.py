@@ -26,8 +26,8 @@ n pending URLs a new URL is refused so with probability n / 2**64, 1.5e-12 at
 keys collide too, only more rarely.
 
 Thread safety: one lock around every method (the committer adds and asks, the
-workers' claims discard); a merge holds it for one pass over the array (~0.1 s
-at 14M URLs).
+workers' claims discard); a merge holds it for one pass over the array (0.13 s
+at 13.5M URLs, one every 2^17 URLs admitted).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def fingerprints(keys: Any) -> np.ndarray:
 
 def _sorted_unique(fps: np.ndarray) -> np.ndarray:
     """``fps`` sorted in place, without repeats (np.unique of numpy 2.4 hashes first:
-    12 s for 13.5M fingerprints, against ~1 s for a sort)."""
+    12 s for 13.5M fingerprints, against 0.3 s for a sort)."""
     fps.sort()
     if len(fps) < 2:
         return fps
