@@ -42,7 +42,6 @@ import kvstore
 # Fingerprints admitted since the last merge that wait in the recent map (~30 bytes
 # each) before one pass merges them into the sorted array.
 MERGE_AT = 1 << 17
-_PAD = bytes(8)
 
 
 def fingerprints(keys: Any) -> np.ndarray:
@@ -93,19 +92,10 @@ class PendSet:
 
     # -- one key ---------------------------------------------------------------
 
-    def _slot(self, fp: int) -> int:
-        """The array index holding ``fp``, gone or not, or -1. Caller holds the lock."""
-        i = int(np.searchsorted(self._sorted, np.uint64(fp)))
-        return i if i < len(self._sorted) and int(self._sorted[i]) == fp else -1
-
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, bytes) or len(key) != 16:
             return False
-        with self._lock:
-            if key[:8] + _PAD in self._recent:
-                return True
-            i = self._slot(int.from_bytes(key[:8], "little"))
-            return i >= 0 and not self._gone[i]
+        return bool(self.contains_many(np.frombuffer(key, dtype=np.uint8).reshape(1, 16))[0])
 
     def add(self, key: bytes) -> None:
         self.add_many(np.frombuffer(key, dtype=np.uint8).reshape(1, 16))
