@@ -46,6 +46,7 @@ LEGACY_VERSION = 1  # no header checksum: bytes 12..15 are 0
 KEY_SIZE = 16
 HEADER_SIZE = 24
 KEY_RECORD_SIZE = 24
+LENGTH_SIZE = 4  # every VAL record, either layout, starts with its u32 length
 VAL_HEADER_SIZE = 8  # a plain (format 1, 2) VAL record's header: u32 length + u32 crc32
 RECORD_HEADER_SIZE = 24  # a keyed (format 3) VAL record's: u32 length, u32 crc32, key
 DELETED = 0xFFFF_FFFF  # a keyed record's length field for a deletion (no value follows)
@@ -291,7 +292,7 @@ def record_lengths(data: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """The length fields (int64) of the VAL records at ``starts`` in ``data``, a VAL
     file's bytes as a uint8 array (either layout: the length comes first)."""
     out = np.zeros(len(starts), dtype=np.int64)
-    for b in range(4):
+    for b in range(LENGTH_SIZE):
         out |= data[starts + b].astype(np.int64) << (8 * b)
     return out
 

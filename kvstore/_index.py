@@ -320,6 +320,11 @@ class HashIndex(IndexBase):
             vs.append(vals)
         return np.concatenate(ks), np.concatenate(vs)
 
+    def values_array(self) -> np.ndarray:
+        """Snapshot of the values (int64) of every live entry, without their keys."""
+        return np.concatenate([decode_values(seg.vals[self._live_slots(seg)])
+                               for seg in list(self._segs)])
+
     def iter_keys(self) -> Iterator[bytes]:
         keys, _ = self.items_arrays()
         kb = keys.tobytes()

@@ -270,6 +270,34 @@ def test_unmapped_reads_leave_no_page_of_the_file_in_the_rss(
             db[keys[0]] = want[keys[0]]
 
 
+def peak_rss_kib_during(fn: Callable[[], object]) -> int:
+    """KiB the process's peak RSS (VmHWM, reset first) rose above its RSS while
+    ``fn`` ran."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+    before = status_kib("VmRSS")
+    fn()
+    return status_kib("VmHWM") - before
+
+
+def status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def test_stats_of_a_big_store_maps_a_window_of_it_at_a_time(tmp_path: Path) -> None:
+    """stats() reads every live record's length: through a 32 MB window moved along
+    the VAL file, so its peak RSS is a window, not the file (160 MB here; a map of the
+    whole file held every page it touched, 0.7 GB for a 20M-page crawl's PendDB)."""
+    with kvstore.open(tmp_path / "big", map_values=False) as db:
+        db.put_many([kvstore.md5_key(b"%d" % i) for i in range(40_000)], [b"x" * 4000] * 40_000)
+        db.flush()
+        stats: list[kvstore.StoreStats] = []
+        rose = peak_rss_kib_during(lambda: stats.append(db.stats()))
+    assert stats[0].live_bytes == 40_000 * (4000 + 24)
+    assert rose < 48 << 10, f"stats() raised the peak RSS by {rose >> 10} MB"
+
+
 BIG_BATCH_CHILD = """
 import numpy as np, kvstore
 def anon():
