@@ -8,7 +8,7 @@ shards, never writes them, and writes the new shards' files from scratch.
 Everything is routed by the owner of its URL's host (crawler.state.shards,
 the same Router the frontier uses), shard by shard and store by store, in a
 stream: memory holds the kvstore key indexes of the new stores, one PendSet
-(KeySet) per new shard, and bounded buffers.
+(crawler.state.pendset, 9 bytes a URL) per new shard, and bounded buffers.
 
 Per old shard, in this order (each step may look up what the earlier ones wrote):
 
@@ -67,6 +67,7 @@ from .jsonfile import fsync_path
 from .outbox import OUTBOX_NAME
 from .outcomelog import OutcomeLog
 from .pages import PageRecord, Pending, decode_bulk, decode_page_head, encode_bulk
+from .pendset import PendSet
 from .retry import MAIN_NAME, PEND_NAME, PRIOR_NAME
 from .robotsstore import ROBOTS_STORE_NAME, store_key
 from .shards import Router, ShardPlace, owner
@@ -150,7 +151,7 @@ class NewShard:
         self.pend = self.store(PEND_NAME)
         self.store(BAD_HOSTS_NAME)
         self.outcomes = OutcomeLog(path)  # rows for the new MainDB's versions
-        self.pend_set = kvstore.KeySet()
+        self.pend_set = PendSet()
         self.tally = Tally()
         self.counter = 0  # the next PendDB bulk key
         self._waiting: list[Pending] = []  # entries not yet in a full bulk

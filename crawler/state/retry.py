@@ -42,8 +42,9 @@ round, a kill after 3 would leave hosts bad with no record left to find them by.
 
 MainDB is read through its key snapshot (kvstore iterates a copy of the keys),
 so records can be deleted while the walk goes on; memory holds one chunk and
-the url_keys of the live bulks (a KeySet, 16 bytes a key). A damaged record is
-skipped with a warning and counted (``python -m kvstore verify`` names it).
+the url_keys of the live bulks (a PendSet: 9 bytes a URL, crawler.state.pendset).
+A damaged record is skipped with a warning and counted (``python -m kvstore
+verify`` names it).
 
 Selecting reads only each record's head (its first 4 KiB: the JSON header,
 crawler.state.pages.read_page_head over kvstore's get_prefix), never a body. The
@@ -84,6 +85,7 @@ from .badhosts import BAD_HOSTS_NAME
 from .frontier import DEFAULT_BULK_SIZE
 from .outcomelog import OutcomeLog, hosts_u64, standing, uncovered, words
 from .pages import PageRecord, Pending, decode_bulk, encode_bulk, read_page_head
+from .pendset import PendSet
 from .robotsstore import ROBOTS_STORE_NAME, store_key
 from .shards import shard_dirs
 from .tally import Tally, shard_stamp, stale_reason, write_counts
@@ -197,7 +199,7 @@ class _Shard:
         self.data_dir = data_dir
         self.readonly = readonly
         self.stores: list[kvstore.Store] = []
-        self.live = kvstore.KeySet()  # url_keys of the URLs in live bulks
+        self.live = PendSet()  # url_keys of the URLs in live bulks
         self.counter = 0  # the next free bulk key
         self.tally: Tally | None = None  # the shard's counters, if current (kept current)
         self.outcomes: OutcomeLog | None = None  # a real run logs the records it read
@@ -213,11 +215,12 @@ class _Shard:
             # would decode every pending URL only to count already_pending.
             if self.pend is not None and not readonly:
                 top = -1
+                keys = bytearray()  # 16 B a URL while it lasts; PendSet is made in one sort
                 for bk in self.pend:
                     top = max(top, int.from_bytes(bk, "big"))
-                    keys = [url_key(e.url) for e in decode_bulk(self.pend[bk])]
-                    if keys:
-                        self.live.add_many(keys_array(keys))
+                    keys += b"".join(url_key(e.url) for e in decode_bulk(self.pend[bk]))
+                self.live = PendSet(np.frombuffer(keys, dtype=np.uint8).reshape(-1, 16))
+                del keys
                 self.counter = top + 1
             if not readonly:  # our locks keep the committer out: the counters hold still
                 self.tally = stale_reason(data_dir)[0]
@@ -231,7 +234,10 @@ class _Shard:
         if self.readonly and not os.path.isdir(path):
             return None  # a dry run creates nothing
         try:
-            store = kvstore.open(path, readonly=self.readonly, buffer_size=8 << 20)
+            # PendDB unmapped: a real run reads every bulk once, and a map would keep
+            # each page it touched in the RSS (0.7 GB a shard at 20M pages).
+            store = kvstore.open(path, readonly=self.readonly, buffer_size=8 << 20,
+                                 map_values=name != PEND_NAME)
         except kvstore.exceptions.StoreLockedError:
             raise DataDirError(
                 f"{self.data_dir}: a crawl is running on this data directory: stop it "

@@ -30,9 +30,10 @@ from crawl_helpers import (
 import kvstore
 from crawler.cli import main
 from crawler.run.hints import HINTS, REASONS, explain, family, resume_flags
+from crawler.state.admission import keys_array
 from crawler.state.frontier import Frontier
 from crawler.state.pages import PageRecord, Pending, decode_bulk, encode_bulk, encode_page
-from crawler.state.retry import Selection, is_failure
+from crawler.state.retry import Selection, _Shard, is_failure
 from crawler.state.robotsstore import store_key
 from crawler.state.shards import owner
 from crawler.web.urls import host_key, host_of, parse, url_key
@@ -596,3 +597,21 @@ def test_a_dry_run_holds_one_shard_in_memory_at_a_time(tmp_path: Path) -> None:
     single, peak_one = _dry_run_peak(tmp_path / "one")
     assert (both, single) == (100_000, 50_001)
     assert peak_two < 1.15 * peak_one, (peak_two, peak_one)  # both at once: 1.32x
+
+
+def test_a_real_run_knows_the_live_bulks_urls_at_9_bytes_a_url(tmp_path: Path) -> None:
+    """A real run keeps the URLs of the live bulks (to requeue none twice) as a PendSet:
+    every one of them known, 9 bytes a URL (a KeySet of their keys held ~30)."""
+    urls = [[f"http://h{b}.test/p{i}" for i in range(100)] for b in range(500)]
+    with kvstore.open(str(tmp_path / "pend")) as pend:
+        for b, bulk in enumerate(urls):
+            pend[b.to_bytes(16, "big")] = encode_bulk([Pending(u) for u in bulk])
+    shard = _Shard(str(tmp_path), readonly=False)
+    try:
+        keys = keys_array([url_key(u) for bulk in urls for u in bulk])
+        assert shard.live.contains_many(keys).all()
+        assert not shard.live.contains_many(keys_array([url_key("http://h0.test/x")])).any()
+        assert (len(shard.live), shard.counter) == (50_000, 500)
+        assert shard.live.nbytes() <= 9 * 50_000
+    finally:
+        shard.close()
