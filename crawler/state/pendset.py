@@ -51,8 +51,9 @@ def fingerprints(keys: Any) -> np.ndarray:
 
 
 def sorted_unique(fps: np.ndarray) -> np.ndarray:
-    """``fps`` sorted in place, without repeats (np.unique of numpy 2.4 hashes first:
-    12 s for 13.5M fingerprints, against 0.3 s for a sort)."""
+    """``fps`` sorted in place, without repeats. Not np.unique: without a return_*
+    argument numpy 2.4's hashes first, 12 s for 13.5M fingerprints against 0.3 s for a
+    sort, and 6 us against 2 for a claim's 50 slots."""
     fps.sort()
     if len(fps) < 2:
         return fps
@@ -130,7 +131,7 @@ class PendSet:
         fps = fingerprints(rows)
         with self._lock:
             at, held = self._slots(fps)
-            back = np.unique(at[held])
+            back = sorted_unique(at[held])
             back = back[self._gone[back]]  # gone ones added again: live in place
             self._gone[back] = False
             self._gone_count -= len(back)
@@ -153,7 +154,7 @@ class PendSet:
                     del self._recent[key]  # held: the lock keeps it so
             at, held = self._slots(fps)
             live = held & ~recent
-            gone = np.unique(at[live])
+            gone = sorted_unique(at[live])
             gone = gone[~self._gone[gone]]
             self._gone[gone] = True
             self._gone_count += len(gone)

@@ -85,7 +85,7 @@ from .badhosts import BAD_HOSTS_NAME
 from .frontier import DEFAULT_BULK_SIZE
 from .outcomelog import OutcomeLog, hosts_u64, standing, uncovered, words
 from .pages import PageRecord, Pending, decode_bulk, encode_bulk, read_page_head
-from .pendset import PendSet
+from .pendset import PendSet, sorted_unique
 from .robotsstore import ROBOTS_STORE_NAME, store_key
 from .shards import shard_dirs
 from .tally import Tally, shard_stamp, stale_reason, write_counts
@@ -399,7 +399,7 @@ def _count_rows(shard: _Shard, keys: np.ndarray, facts: np.ndarray, report: Retr
             shard.bad_prefixes = {}
             for h in shard.bad:
                 shard.bad_prefixes.setdefault(h[:8], []).append(h)
-        hosts = np.unique(hosts_u64(facts["host"])).astype("<u8").tobytes()
+        hosts = sorted_unique(hosts_u64(facts["host"]).copy()).astype("<u8").tobytes()
         for i in range(0, len(hosts), 8):
             for h in shard.bad_prefixes.get(hosts[i:i + 8], ()):
                 if h not in cleared:
