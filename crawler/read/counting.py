@@ -27,10 +27,9 @@ import kvstore
 
 from ..outcomes import outcome_key
 from ..state.admission import keys_array
-from ..state.pages import decode_bulk
+from ..state.pages import bulk_keys
 from ..state.pendset import fingerprints, sorted_unique
 from ..state.tally import Tally, shard_stamp, stale_reason, write_counts
-from ..web.urls import url_key
 from .listing import CrawlReader, absent_shards
 
 log = logging.getLogger(__name__)
@@ -135,7 +134,7 @@ def _pending(d: str, main: kvstore.Store | None) -> tuple[int, int]:
     with kvstore.open(path, readonly=True, map_values=False) as pend:
         bulks = len(pend)
         for bk in pend:
-            batch += [url_key(e.url) for e in decode_bulk(pend[bk])]
+            batch += bulk_keys(pend[bk])[0]
             if len(batch) >= _PENDING_BATCH:
                 fps += left(batch)
                 batch = []

@@ -73,7 +73,7 @@ from .depths import Depths, Expand
 from .due import MAX_REVISITS_PER_SCAN, DueTimes, scan_interval
 from .outbox import Outbox
 from .outcomelog import OutcomeLog
-from .pages import PageRecord, Pending, decode_bulk, decode_page, encode_bulk
+from .pages import PageRecord, Pending, bulk_keys, decode_bulk, decode_page, encode_bulk
 from .pendset import PendSet
 from .shards import Router
 from .syncer import Syncer, compact_if_wasted
@@ -252,9 +252,9 @@ class Frontier:
         for bk in self.pend:  # in the file's order
             top = max(top, int.from_bytes(bk, "big"))
             self._unclaimed.add(bk)
-            bulk = decode_bulk(self.pend[bk])
-            keys.extend(url_key(e.url) for e in bulk)
-            depths.extend(e.depth for e in bulk)
+            bulk_urls, bulk_depths = bulk_keys(self.pend[bk])
+            keys += bulk_urls
+            depths += bulk_depths
             if len(keys) >= REBUILD_BATCH:
                 pending += self._not_done(keys, depths)
                 keys, depths = [], []

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 from ..exceptions import CrawlerError, URLError
-from ..web.urls import normalize, url_key
+from ..web.urls import normalize, url_key, utf8_url_key
 
 _MAGIC = b"KVCP"
 _VERSION = 3
@@ -267,6 +267,18 @@ class Pending(NamedTuple):
 def encode_bulk(entries: list[Pending]) -> bytes:
     """A PendDB value: one tab-separated line per URL (normalized URLs hold no tabs)."""
     return "\n".join(e.line() for e in entries).encode("utf-8")
+
+
+def bulk_keys(data: bytes) -> tuple[list[bytes], list[int]]:
+    """The url_keys and depths of a bulk's URLs, read from its bytes: no text decoded,
+    no Pending made (half decode_bulk's time: a frontier's open reads 14M of them)."""
+    keys, depths = [], []
+    for line in data.split(b"\n"):
+        if line:
+            depth, _, _, url = line.split(b"\t", 3)
+            keys.append(utf8_url_key(url))
+            depths.append(int(depth))
+    return keys, depths
 
 
 def decode_bulk(data: bytes) -> list[Pending]:

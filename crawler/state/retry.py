@@ -79,12 +79,12 @@ import kvstore
 
 from .. import outcomes
 from ..exceptions import CrawlerError, DataDirError, URLError
-from ..web.urls import host_key, host_of, parse, url_key
+from ..web.urls import host_key, host_of, parse
 from .admission import keys_array
 from .badhosts import BAD_HOSTS_NAME
 from .frontier import DEFAULT_BULK_SIZE
 from .outcomelog import OutcomeLog, hosts_u64, standing, uncovered, words
-from .pages import PageRecord, Pending, decode_bulk, encode_bulk, read_page_head
+from .pages import PageRecord, Pending, bulk_keys, encode_bulk, read_page_head
 from .pendset import PendSet, sorted_unique
 from .robotsstore import ROBOTS_STORE_NAME, store_key
 from .shards import shard_dirs
@@ -218,7 +218,7 @@ class _Shard:
                 keys = bytearray()  # 16 B a URL while it lasts; PendSet is made in one sort
                 for bk in self.pend:
                     top = max(top, int.from_bytes(bk, "big"))
-                    keys += b"".join(url_key(e.url) for e in decode_bulk(self.pend[bk]))
+                    keys += b"".join(bulk_keys(self.pend[bk])[0])
                 self.live = PendSet(np.frombuffer(keys, dtype=np.uint8).reshape(-1, 16))
                 del keys
                 self.counter = top + 1

@@ -100,6 +100,7 @@ __all__ = [
     "origin",
     "parse",
     "url_key",
+    "utf8_url_key",
 ]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -365,6 +366,11 @@ def url_key(normalized_url: str) -> bytes:
     """The 16-byte MainDB / PendSet key: md5 of the UTF-8 normalized URL (what
     kvstore.md5_key gives; called directly, as this runs for every link found)."""
     return _md5(normalized_url.encode("utf-8")).digest()
+
+
+def utf8_url_key(normalized_url: bytes) -> bytes:
+    """:func:`url_key` of a normalized URL already in UTF-8 (as a PendDB bulk holds it)."""
+    return _md5(normalized_url).digest()
 
 
 def host_key(host: str) -> bytes:

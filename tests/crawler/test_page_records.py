@@ -10,10 +10,22 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from crawler.exceptions import CrawlerError
 from crawler.state.frontier import Frontier, Outcome
-from crawler.state.pages import PageRecord, Pending, decode_page, encode_page, pack_links
+from crawler.state.pages import (
+    PageRecord,
+    Pending,
+    bulk_keys,
+    decode_bulk,
+    decode_page,
+    encode_bulk,
+    encode_page,
+    pack_links,
+)
+from crawler.web.urls import url_key
 
 HEAD = struct.Struct("<4sBI")  # magic, version, header length (docs: crawler/state/pages.py)
 HTML = b"<html><body><a href='/b'>b</a><div id='app'></div></body></html>"
@@ -166,3 +178,23 @@ def test_rendered_crawl_holds_the_three_records(tmp_path: Path) -> None:
     with CrawlReader(data, strict=True) as reader:
         got = {p.url: p for p in reader.pages()}
     assert got == {p.url: p for p in pages()}
+
+
+# A normalized URL holds no tab, newline or carriage return; anything else may be in it
+# (percent-encoded or not, non-ASCII hosts and paths).
+_URL_TEXT = st.text(st.characters(blacklist_characters="\t\n\r", blacklist_categories=("Cs",)),
+                    min_size=1, max_size=40)
+
+
+@given(st.lists(st.builds(Pending, _URL_TEXT.map(lambda s: "http://h.test/" + s),
+                          st.integers(0, 10**6), st.integers(0, 20), st.integers(0, 50)),
+                max_size=30))
+def test_a_bulks_keys_and_depths_read_from_its_bytes_are_its_decoded_urls(
+    entries: list[Pending],
+) -> None:
+    """bulk_keys (the frontier's open, retry, status --recount) reads keys and depths
+    from a bulk's bytes; they are the url_keys and depths of what decode_bulk gives."""
+    data = encode_bulk(entries)
+    decoded = decode_bulk(data)
+    assert decoded == entries
+    assert bulk_keys(data) == ([url_key(e.url) for e in decoded], [e.depth for e in decoded])
