@@ -26,7 +26,6 @@ import numpy as np
 import kvstore
 
 from ..outcomes import outcome_key
-from ..state.admission import keys_array
 from ..state.pages import bulk_keys
 from ..state.pendset import fingerprints, sorted_unique
 from ..state.tally import Tally, shard_stamp, stale_reason, write_counts
@@ -123,10 +122,10 @@ def _pending(d: str, main: kvstore.Store | None) -> tuple[int, int]:
     if not os.path.isdir(path):
         return 0, 0
     fps = bytearray()
-    batch: list[bytes] = []
+    batch = bytearray()  # url_keys, 16 bytes each
 
-    def left(batch: list[bytes]) -> bytes:
-        keys = keys_array(batch)
+    def left(batch: bytearray) -> bytes:
+        keys = np.frombuffer(batch, dtype=np.uint8).reshape(-1, 16)
         if main is not None:
             keys = keys[~main.contains_many(keys)]
         return fingerprints(keys).tobytes()
@@ -134,9 +133,9 @@ def _pending(d: str, main: kvstore.Store | None) -> tuple[int, int]:
     with kvstore.open(path, readonly=True, map_values=False) as pend:
         bulks = len(pend)
         for bk in pend:
-            batch += bulk_keys(pend[bk])[0]
-            if len(batch) >= _PENDING_BATCH:
+            batch += bulk_keys(pend[bk])
+            if len(batch) >= _PENDING_BATCH * 16:
                 fps += left(batch)
-                batch = []
+                batch = bytearray()
         fps += left(batch)
     return bulks, len(sorted_unique(np.frombuffer(fps, dtype="<u8")))

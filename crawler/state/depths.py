@@ -78,12 +78,12 @@ class Depths:
         """The key's remembered depth, or -1 (not tracked, or not known)."""
         return -1 if self.map is None else self.map.get(key, -1)
 
-    def fold(self, keys: list[bytes], depths: list[int]) -> None:
+    def fold(self, keys: np.ndarray, depths: list[int]) -> None:
         """Remember depths met outside the log (a crawl that predates it): each only
-        where it beats what is known."""
-        if self.map is None or not keys:
+        where it beats what is known. ``keys``: (n, 16) uint8 rows."""
+        if self.map is None or not len(keys):
             return
-        arr = keys_array(keys)
+        arr = keys
         offered = np.minimum(np.asarray(depths, dtype=np.int64), MAX_TRACKED_DEPTH)
         known = self.map.get_many(arr)
         better = (known < 0) | (offered < known)

@@ -73,7 +73,15 @@ from .depths import Depths, Expand
 from .due import MAX_REVISITS_PER_SCAN, DueTimes, scan_interval
 from .outbox import Outbox
 from .outcomelog import OutcomeLog
-from .pages import PageRecord, Pending, bulk_keys, decode_bulk, decode_page, encode_bulk
+from .pages import (
+    PageRecord,
+    Pending,
+    bulk_depths,
+    bulk_keys,
+    decode_bulk,
+    decode_page,
+    encode_bulk,
+)
 from .pendset import PendSet
 from .shards import Router
 from .syncer import Syncer, compact_if_wasted
@@ -244,20 +252,21 @@ class Frontier:
         them all held ~1.5 GB while it lasted. PendSet is made of their keys at once
         (one sort)."""
         top = -1
-        keys: list[bytes] = []
-        depths: list[int] = []
+        keys = bytearray()
+        depths: list[int] = []  # read only when tracked: the open's time is the keys'
         # One growing buffer, not a list of arrays: freed, it goes back to the OS whole
         # (batches of a few MB each would stay in the heap of the process for good).
         pending = bytearray()
         for bk in self.pend:  # in the file's order
             top = max(top, int.from_bytes(bk, "big"))
             self._unclaimed.add(bk)
-            bulk_urls, bulk_depths = bulk_keys(self.pend[bk])
-            keys += bulk_urls
-            depths += bulk_depths
-            if len(keys) >= REBUILD_BATCH:
+            bulk = self.pend[bk]
+            keys += bulk_keys(bulk)
+            if self.depths.tracking:
+                depths += bulk_depths(bulk)
+            if len(keys) >= REBUILD_BATCH * 16:
                 pending += self._not_done(keys, depths)
-                keys, depths = [], []
+                keys, depths = bytearray(), []
         pending += self._not_done(keys, depths)
         if pending:
             self.pend_set = PendSet(np.frombuffer(pending, dtype=np.uint8).reshape(-1, 16))
@@ -267,13 +276,13 @@ class Frontier:
         if len(self._unclaimed):
             log.info("%s: resuming with %d pending bulks", self.data_dir, len(self._unclaimed))
 
-    def _not_done(self, keys: list[bytes], depths: list[int]) -> bytes:
-        """Some pending URLs of live bulks (``_rebuild``): their depths noted, and the
-        keys of those not done, joined."""
-        self.depths.fold(keys, depths)  # a crawl whose depths.bin lacks them
-        if not keys:
+    def _not_done(self, keys: bytearray, depths: list[int]) -> bytes:
+        """Some pending URLs of live bulks (``_rebuild``), their keys joined: their
+        depths noted when tracked, and the keys of those not done, joined."""
+        arr = np.frombuffer(keys, dtype=np.uint8).reshape(-1, 16)
+        self.depths.fold(arr, depths)  # a crawl whose depths.bin lacks them
+        if not len(arr):
             return b""
-        arr = _keys_array(keys)
         left: bytes = arr[~self.main.contains_many(arr)].tobytes()
         return left
 

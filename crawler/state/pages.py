@@ -269,16 +269,17 @@ def encode_bulk(entries: list[Pending]) -> bytes:
     return "\n".join(e.line() for e in entries).encode("utf-8")
 
 
-def bulk_keys(data: bytes) -> tuple[list[bytes], list[int]]:
-    """The url_keys and depths of a bulk's URLs, read from its bytes: no text decoded,
-    no Pending made (half decode_bulk's time: a frontier's open reads 14M of them)."""
-    keys, depths = [], []
-    for line in data.split(b"\n"):
-        if line:
-            depth, _, _, url = line.split(b"\t", 3)
-            keys.append(utf8_url_key(url))
-            depths.append(int(depth))
-    return keys, depths
+def bulk_keys(data: bytes) -> bytes:
+    """The url_keys of a bulk's URLs, joined (16 bytes each), read from its bytes: no
+    text decoded, no Pending made (a third of decode_bulk's time, 0.65 us a URL: a
+    frontier's open reads 14M of them)."""
+    return b"".join([utf8_url_key(line.rpartition(b"\t")[2])
+                     for line in data.split(b"\n") if line])
+
+
+def bulk_depths(data: bytes) -> list[int]:
+    """The depths of a bulk's URLs, in bulk_keys' order."""
+    return [int(line.partition(b"\t")[0]) for line in data.split(b"\n") if line]
 
 
 def decode_bulk(data: bytes) -> list[Pending]:

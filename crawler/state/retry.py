@@ -218,7 +218,7 @@ class _Shard:
                 keys = bytearray()  # 16 B a URL while it lasts; PendSet is made in one sort
                 for bk in self.pend:
                     top = max(top, int.from_bytes(bk, "big"))
-                    keys += b"".join(bulk_keys(self.pend[bk])[0])
+                    keys += bulk_keys(self.pend[bk])
                 self.live = PendSet(np.frombuffer(keys, dtype=np.uint8).reshape(-1, 16))
                 del keys
                 self.counter = top + 1

@@ -30,6 +30,7 @@ from crawl_helpers import (
     wait_for,
 )
 
+from crawler.state.admission import keys_array
 from crawler.state.depths import DEPTHS_NAME, Depths
 from crawler.state.frontier import Claimed, Frontier, Outcome
 from crawler.state.pages import PageRecord, Pending, decode_page, encode_page
@@ -173,9 +174,9 @@ def test_the_log_keeps_the_last_depth_of_each_key_and_drops_a_cut_record(tmp_pat
 def test_fold_only_lowers_and_untracked_maps_nothing(tmp_path: Path) -> None:
     d = Depths(str(tmp_path), track=True)
     d.admit([key(1)], [entry(3)])
-    d.fold([key(1), key(2)], [5, 4])
+    d.fold(keys_array([key(1), key(2)]), [5, 4])
     assert (d.get(key(1)), d.get(key(2))) == (3, 4)
-    d.fold([key(1)], [1])
+    d.fold(keys_array([key(1)]), [1])
     assert d.get(key(1)) == 1
     d.log.close()
     os.makedirs(tmp_path / "p")

@@ -18,6 +18,7 @@ from crawler.state.frontier import Frontier, Outcome
 from crawler.state.pages import (
     PageRecord,
     Pending,
+    bulk_depths,
     bulk_keys,
     decode_bulk,
     decode_page,
@@ -192,9 +193,10 @@ _URL_TEXT = st.text(st.characters(blacklist_characters="\t\n\r", blacklist_categ
 def test_a_bulks_keys_and_depths_read_from_its_bytes_are_its_decoded_urls(
     entries: list[Pending],
 ) -> None:
-    """bulk_keys (the frontier's open, retry, status --recount) reads keys and depths
-    from a bulk's bytes; they are the url_keys and depths of what decode_bulk gives."""
+    """bulk_keys and bulk_depths (the frontier's open, retry, status --recount) read a
+    bulk's bytes; they are the url_keys and depths of what decode_bulk gives."""
     data = encode_bulk(entries)
     decoded = decode_bulk(data)
     assert decoded == entries
-    assert bulk_keys(data) == ([url_key(e.url) for e in decoded], [e.depth for e in decoded])
+    assert bulk_keys(data) == b"".join(url_key(e.url) for e in decoded)
+    assert bulk_depths(data) == [e.depth for e in decoded]
