@@ -10,7 +10,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from crawler.exceptions import CrawlerError
@@ -182,14 +182,17 @@ def test_rendered_crawl_holds_the_three_records(tmp_path: Path) -> None:
 
 
 # A normalized URL holds no tab, newline or carriage return; anything else may be in it
-# (percent-encoded or not, non-ASCII hosts and paths).
-_URL_TEXT = st.text(st.characters(blacklist_characters="\t\n\r", blacklist_categories=("Cs",)),
-                    min_size=1, max_size=40)
+# (percent-encoded or not, non-ASCII hosts and paths, other line separators).
+_URL_TEXT = st.text(st.sampled_from([chr(c) for c in range(0x20, 0x7F)]
+                                    + list("\x0b\x0c\x1c\x85\u2028é中😀")),
+                    min_size=1, max_size=24)
 
 
 @given(st.lists(st.builds(Pending, _URL_TEXT.map(lambda s: "http://h.test/" + s),
                           st.integers(0, 10**6), st.integers(0, 20), st.integers(0, 50)),
-                max_size=30))
+                max_size=12))
+@example([Pending("http://h.test/a b ", 3, 1, 0), Pending("http://h.test/é\x85\u2028中 ", 0, 0, 2)])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_a_bulks_keys_and_depths_read_from_its_bytes_are_its_decoded_urls(
     entries: list[Pending],
 ) -> None:
