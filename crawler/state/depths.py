@@ -83,12 +83,11 @@ class Depths:
         where it beats what is known. ``keys``: (n, 16) uint8 rows."""
         if self.map is None or not len(keys):
             return
-        arr = keys
         offered = np.minimum(np.asarray(depths, dtype=np.int64), MAX_TRACKED_DEPTH)
-        known = self.map.get_many(arr)
+        known = self.map.get_many(keys)
         better = (known < 0) | (offered < known)
         if better.any():
-            self.map.put_many(arr[better], offered[better])
+            self.map.put_many(keys[better], offered[better])
 
     def improve(
         self, offers: list[tuple[bytes, Pending]]

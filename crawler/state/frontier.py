@@ -277,8 +277,8 @@ class Frontier:
             log.info("%s: resuming with %d pending bulks", self.data_dir, len(self._unclaimed))
 
     def _not_done(self, keys: bytearray, depths: list[int]) -> bytes:
-        """Some pending URLs of live bulks (``_rebuild``), their keys joined: their
-        depths noted when tracked, and the keys of those not done, joined."""
+        """Some pending URLs of live bulks (``_rebuild``), as their keys joined: their
+        depths noted when tracked; returns the keys of those not done, joined."""
         arr = np.frombuffer(keys, dtype=np.uint8).reshape(-1, 16)
         self.depths.fold(arr, depths)  # a crawl whose depths.bin lacks them
         if not len(arr):
