@@ -21,6 +21,15 @@ Theory of operation
 Until both renames are done the old generation is the store; after them the
 new one holds everything the old one did. A crash in between leaves a
 half-renamed generation that the next open ignores and deletes.
+
+Nothing damaged is copied and nothing live is left behind: each keyed record is
+checked before it is copied (inside the file, a value, its key's own; its CRC
+when the copy is read back), the new index must hold as many keys as the store
+(a live key whose KEY record is damaged is never met by the chunks), and the new
+files are read back in step after the fsync. Any failure raises before the
+renames, with one line naming the record and the fix; the store discards the
+tmp files and the old generation stays. Records are copied by pread, never
+through a view of the map, so an error cannot leave the map pinned.
 """
 
 from __future__ import annotations
@@ -29,13 +38,14 @@ import contextlib
 import logging
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 import numpy as np
 
-from . import _datafiles, _indexfile
+from . import _datafiles, _indexfile, _mend
 from . import _format as fmt
-from ._backend import check_val_records
+from ._backend import check_keyed_records, check_val_records
 from ._index import HashIndex
 from ._open import _Generation
 from .exceptions import CorruptStoreError
@@ -44,6 +54,7 @@ log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 16  # KEY records per step
 _COPY_PIECE = 8 << 20  # VAL bytes written (or values converted) per step
+_GAP = 64 << 10  # dead bytes between live runs past which a read window ends
 
 
 def _rows(keys: np.ndarray) -> list[bytes]:
@@ -51,11 +62,31 @@ def _rows(keys: np.ndarray) -> list[bytes]:
     return [raw[i : i + fmt.KEY_SIZE] for i in range(0, len(raw), fmt.KEY_SIZE)]
 
 
+def record_damage(mm: mmap.mmap, key: bytes, off: int, directory: str) -> str | None:
+    """Why ``key``'s live record at ``off`` is not sound, with what mends it (``repair``
+    when a sound record lies there: the KEY file names the wrong one; else the value
+    itself is lost); None if it is sound."""
+    problem, _ = fmt.check_keyed_record(mm, off, len(mm), key, off)
+    if problem is None:
+        return None
+    if _mend.sound_record(mm, off, len(mm)) is not None:
+        fix = f"The KEY file is damaged: python -m kvstore repair {directory} rebuilds it from VAL"
+    else:
+        fix = (f"python -m kvstore verify {directory} lists the damage and says whether "
+               "repair mends it; a value that is itself damaged is lost (delete its key and "
+               "compact again, or restore a backup)")
+    return (f"the live record of key {key.hex()} at offset {off} is damaged ({problem}); "
+            f"compaction stopped, nothing changed. {fix}")
+
 class _Writer:
     """The new generation's two tmp files and index, filled in order."""
 
-    def __init__(self, directory: str, gen: int, capacity: int, old_val_path: str) -> None:
+    def __init__(
+        self, directory: str, gen: int, capacity: int, old_val_path: str, src_fd: int
+    ) -> None:
+        self.directory = directory
         self.old_val_path = old_val_path  # named in the errors about what it reads
+        self.src_fd = src_fd  # the old VAL file, read by pread
         self.key_path, self.val_path = _datafiles.data_paths(directory, gen)
         self.key_tmp, self.val_tmp = self.key_path + ".tmp", self.val_path + ".tmp"
         self.key_fd = self.val_fd = -1
@@ -66,6 +97,7 @@ class _Writer:
         self.val_end = fmt.HEADER_SIZE
         self.key_size = fmt.HEADER_SIZE
         self.index = HashIndex(6, capacity=capacity)
+        self.checked, self.checked_val = 0, fmt.HEADER_SIZE  # read back so far (check_written)
 
     def append(self, mm: mmap.mmap, keys: np.ndarray, offs: np.ndarray, keyed: bool) -> None:
         """Copy the records at ``offs`` (-1 = tombstone) of the old VAL file (``keyed``:
@@ -78,9 +110,7 @@ class _Writer:
             if a == b:
                 continue
             if not is_put[a]:  # a delete made while compaction ran leaves its record
-                dels = b"".join(fmt.pack_deletion(k) for k in _rows(keys[a:b]))
-                _datafiles.write_all(self.val_fd, dels)
-                self.val_end += len(dels)
+                self._write_val(b"".join(fmt.pack_deletion(k) for k in _rows(keys[a:b])))
             elif keyed:
                 new_offs[a:b] = self._copy(mm, keys[a:b], offs[a:b])
             else:
@@ -91,38 +121,72 @@ class _Writer:
         self.index.set_many(keys, new_offs)
 
     def _copy(self, mm: mmap.mmap, keys: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        """Keyed records copied byte for byte, once each is seen to be its key's own;
-        returns their new offsets."""
+        """Keyed records copied byte for byte, once each is checked to be its key's own
+        value (its CRC is checked when the copy is read back); returns their new offsets."""
+        sizes = self._check_keyed(mm, keys, starts)
+        ends = starts + sizes
+        new_offs = self.val_end + np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        # Adjacent records make runs; runs close together make windows of about
+        # _COPY_PIECE, each read with one pread and written with one write (pread, not a
+        # view of the map: nothing pins the map if a write fails).
+        first = np.concatenate(([True], starts[1:] != ends[:-1]))
+        run_starts, run_ends = starts[first], ends[np.concatenate((first[1:], [True]))]
+        new_window = np.concatenate(([True], run_starts[1:] - run_ends[:-1] > _GAP))
+        group = np.cumsum(new_window)
+        base = run_starts[new_window][group - 1]
+        new_window |= np.concatenate(([True], np.diff((run_starts - base) // _COPY_PIECE) != 0))
+        bounds = [*np.flatnonzero(new_window).tolist(), len(run_starts)]
+        rs, re_ = run_starts.tolist(), run_ends.tolist()
+        for w, w_end in zip(bounds, bounds[1:], strict=False):
+            lo, hi = rs[w], re_[w_end - 1]
+            if hi - lo > 2 * _COPY_PIECE:  # one long run: in pieces
+                for pos in range(lo, hi, _COPY_PIECE):
+                    self._write_val(self._read(pos, min(hi, pos + _COPY_PIECE)))
+                continue
+            window = memoryview(self._read(lo, hi))  # of bytes: nothing to pin
+            self._write_val(b"".join([window[a - lo : b - lo]
+                                      for a, b in zip(rs[w:w_end], re_[w:w_end], strict=True)]))
+        return new_offs
+
+    def _read(self, start: int, stop: int) -> bytes:
+        data = os.pread(self.src_fd, stop - start, start)
+        if len(data) != stop - start:  # the file shrank under us
+            raise CorruptStoreError(self.old_val_path, start, "the VAL file is shorter than "
+                                    "its records; compaction stopped, nothing changed")
+        return data
+
+    def _check_keyed(self, mm: mmap.mmap, keys: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Each keyed record at ``starts`` checked to lie inside the file, to be a value
+        and ``keys``' own (vectorized); returns their sizes. Raises on the first that is
+        not, naming it and the fix. Their CRCs are checked when the copies are read back
+        (``check_written``: one pass over adjacent records, where a call a record here
+        would cost more than the copy)."""
+        size = len(mm)
+        inside = (starts >= fmt.HEADER_SIZE) & (starts <= size - fmt.RECORD_HEADER_SIZE)
+        if not inside.all():
+            self._refuse(mm, keys, starts, int(np.argmin(inside)))
         data = np.frombuffer(mm, dtype=np.uint8)
         try:
             lengths = fmt.record_lengths(data, starts)
             owners = data[starts[:, None] + np.arange(8, fmt.RECORD_HEADER_SIZE)]
         finally:
             del data
-        bad = np.flatnonzero((lengths == fmt.DELETED) | (owners != keys).any(axis=1))
-        if len(bad):  # a damaged KEY record: copying would bless another key's value
-            j = int(bad[0])
-            raise CorruptStoreError(
-                self.old_val_path, int(starts[j]),
-                f"the record there is not key {bytes(keys[j]).hex()}'s own; compaction stopped, "
-                "nothing changed (python -m kvstore verify lists the damage)",
-            )
-        sizes = lengths + fmt.RECORD_HEADER_SIZE
-        ends = starts + sizes
-        new_offs = self.val_end + np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        # Coalesce adjacent records into runs, written from the map in bounded pieces.
-        breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
-        run_starts = starts[np.concatenate(([0], breaks))].tolist()
-        run_ends = ends[np.concatenate((breaks, [len(starts)])) - 1].tolist()
-        view = memoryview(mm)
-        try:
-            for a, b in zip(run_starts, run_ends, strict=True):
-                for pos in range(a, b, _COPY_PIECE):
-                    _datafiles.write_all(self.val_fd, view[pos : min(b, pos + _COPY_PIECE)])
-        finally:
-            view.release()
-        self.val_end += int(sizes.sum())
-        return new_offs
+        sizes = np.where(lengths == fmt.DELETED, 0, lengths) + fmt.RECORD_HEADER_SIZE
+        bad = (lengths == fmt.DELETED) | (starts + sizes > size) | (owners != keys).any(axis=1)
+        if bad.any():
+            self._refuse(mm, keys, starts, int(np.argmax(bad)))
+        return sizes
+
+    def _refuse(self, mm: mmap.mmap, keys: np.ndarray, starts: np.ndarray, j: int) -> NoReturn:
+        """Stop the compaction at live record ``j``, which is not sound."""
+        key, off = bytes(keys[j]), int(starts[j])
+        why = record_damage(mm, key, off, self.directory)
+        raise CorruptStoreError(self.old_val_path, off, why or f"the live record of key "
+                                f"{key.hex()} is not sound; compaction stopped, nothing changed")
+
+    def _write_val(self, data: bytes) -> None:
+        _datafiles.write_all(self.val_fd, data)
+        self.val_end += len(data)
 
     def _convert(self, mm: mmap.mmap, keys: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """Plain (format 1, 2) records rewritten as keyed ones, each value CRC-checked
@@ -146,14 +210,59 @@ class _Writer:
             if held >= _COPY_PIECE or j == len(starts) - 1:  # bounded: a piece at a time
                 data, rel = fmt.keyed_records(keys[first : j + 1], batch)
                 new_offs[first : j + 1] = self.val_end + rel
-                _datafiles.write_all(self.val_fd, data)
-                self.val_end += len(data)
+                self._write_val(data)
                 batch, first, held = [], j + 1, 0
         return new_offs
 
-    def publish(self) -> None:
+    def check_written(self, explain: Callable[[bytes], str | None]) -> None:
+        """Read the new files back from where the last check stopped and hold every KEY
+        record against its VAL record in step, CRC and key (what ``verify`` does): the
+        new generation must read back as written before it may replace the old one.
+        A record that fails is first put to ``explain`` (its key): the old record it
+        was copied from may be the damaged one, and that is what the error names."""
+        stop = (self.key_size - fmt.HEADER_SIZE) // fmt.KEY_RECORD_SIZE
+        if self.checked == stop:
+            return
+        step = _CHUNK * fmt.KEY_RECORD_SIZE
+        fd = os.open(self.val_tmp, os.O_RDONLY)
+        try:
+            with mmap.mmap(fd, self.val_end, access=mmap.ACCESS_READ) as mm:
+                begin = fmt.HEADER_SIZE + self.checked * fmt.KEY_RECORD_SIZE
+                for start in range(begin, self.key_size, step):
+                    recs = _read_keys(self.key_tmp, start, min(self.key_size, start + step))
+                    raw = recs.view(np.uint8)
+                    passed, self.checked_val = check_keyed_records(
+                        mm, raw, self.val_end, self.checked_val
+                    )
+                    self.checked += passed
+                    if passed < len(recs):
+                        why = explain(recs["key"][passed].tobytes())
+                        if why is not None:
+                            raise CorruptStoreError(self.old_val_path, None, why)
+                        break
+        finally:
+            os.close(fd)
+        if self.checked != stop:
+            raise CorruptStoreError(
+                self.val_tmp, self.checked_val,
+                f"the new generation does not read back as written (KEY record "
+                f"{self.checked} of {stop}); compaction stopped, nothing changed",
+            )
+
+    def publish(self, explain: Callable[[bytes], str | None]) -> None:
+        """fsync the new files, check that they hold exactly what was written, and
+        rename them into place."""
         os.fsync(self.val_fd)
         os.fsync(self.key_fd)
+        self.check_written(explain)
+        sizes = (os.fstat(self.key_fd).st_size, os.fstat(self.val_fd).st_size)
+        if sizes != (self.key_size, self.val_end) or self.checked_val != self.val_end:
+            raise CorruptStoreError(
+                self.val_tmp, None,
+                f"the new generation's files are {sizes[0]:,} and {sizes[1]:,} bytes, "
+                f"{self.key_size:,} and {self.val_end:,} were written ({self.checked_val:,} "
+                "checked); compaction stopped, nothing changed",
+            )
         os.rename(self.val_tmp, self.val_path)  # VAL first: a lone .val is an incomplete generation
         os.rename(self.key_tmp, self.key_path)
         _datafiles.fsync_dir(os.path.dirname(self.key_path))
@@ -194,9 +303,18 @@ class Compaction:
     def __init__(self, directory: str, g: _Generation) -> None:
         self.directory, self.g, self.old = directory, g, g.files
         self.snapshot = g.key_size  # KEY records before it are copied while others write
-        self.writer = _Writer(directory, self.old.gen + 1, capacity=len(g.index),
-                              old_val_path=self.old.val_path)
-        self.mm = _map(self.old, g.wbuf[0])
+        self.src_fd = os.open(self.old.val_path, os.O_RDONLY)
+        try:
+            self.writer = _Writer(directory, self.old.gen + 1, capacity=len(g.index),
+                                  old_val_path=self.old.val_path, src_fd=self.src_fd)
+            try:
+                self.mm = _map(self.old, g.wbuf[0])
+            except BaseException:
+                self.writer.discard()
+                raise
+        except BaseException:
+            os.close(self.src_fd)
+            raise
 
     def chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(keys, offsets) of the KEY records before the snapshot, a chunk at a time."""
@@ -217,9 +335,43 @@ class Compaction:
                 recs = _read_keys(self.old.key_path, start, min(g.key_size, start + step))
                 self.writer.append(tail_mm, fmt.record_keys(recs), recs["off"], self.old.keyed)
 
+    def check_copied(self) -> None:
+        """Read back what the chunks wrote (no lock needed: the new files are ours), so
+        that the check under the lock at the end reads the tail alone."""
+        self.writer.check_written(self._explain)
+
+    def _explain(self, key: bytes) -> str | None:
+        """Why ``key``'s live record in the old generation is not sound, with the fix;
+        None if it is (then the copy, not the original, is at fault)."""
+        found, _ = self.g.index.lookup_many(np.frombuffer(key, dtype=np.uint8).reshape(1, -1))
+        off = int(found[0])
+        if off < 0:
+            return None
+        with _map(self.old, self.g.wbuf[0]) as mm:
+            return record_damage(mm, key, off, self.directory)
+
+    def check_complete(self, index: HashIndex) -> None:
+        """The new generation holds every key the store holds now (the store is flushed
+        and locked): a live key whose KEY record is damaged was never seen by the chunks,
+        and copying on without it would lose it."""
+        new, old = len(self.writer.index), len(index)
+        if new == old:
+            return  # every copied key was live (the index pointed at its record): same set
+        keys, _ = index.items_arrays()
+        found, _ = self.writer.index.lookup_many(keys)
+        lost = np.flatnonzero(found < 0)
+        first = bytes(keys[lost[0]]).hex() if len(lost) else "?"
+        raise CorruptStoreError(
+            self.old.key_path, None,
+            f"{old - new:,} live key(s) have no sound record in the KEY file (first: {first}); "
+            "compaction stopped, nothing changed. The KEY file is damaged: python -m kvstore "
+            f"repair {self.directory} rebuilds it from the VAL file",
+        )
+
     def publish(self) -> None:
-        """fsync the new files and rename them into place: from here on they are the store."""
-        self.writer.publish()
+        """fsync the new files, check them, and rename them into place: from here on
+        they are the store."""
+        self.writer.publish(self._explain)
         self.writer.close()
 
     def open_new(self) -> _Generation:
@@ -248,3 +400,4 @@ class Compaction:
 
     def close(self) -> None:
         self.mm.close()
+        os.close(self.src_fd)

@@ -3,11 +3,13 @@
 Theory of operation
 -------------------
 A store directory holds ``LOCK`` and one generation of ``data-<gen>.key`` /
-``data-<gen>.val``. New files are written as ``*.tmp`` and renamed into place,
-so a generation appears only once its headers (or, for compaction, its whole
-contents) are on disk. The current generation is the highest one whose KEY
-and VAL files both exist; anything else a crash left behind (``*.tmp``, older
-generations, a half-renamed newer one) is deleted by the next writer.
+``data-<gen>.val``. A writer holds an flock on the directory itself
+(``acquire_lock``); ``LOCK`` is kept for older releases' writers. New files
+are written as ``*.tmp`` and renamed into place, so a generation appears only
+once its headers (or, for compaction, its whole contents) are on disk. The
+current generation is the highest one whose KEY and VAL files both exist;
+anything else a crash left behind (``*.tmp``, older generations, a
+half-renamed newer one) is deleted by the next writer.
 
 KEY records are read in bounded chunks (``iter_key_records``), never the whole
 file. What an open does with them after a crash is ``_recovery``'s job.
@@ -54,10 +56,18 @@ def fsync_dir(directory: str) -> None:
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """Write all of ``data``. Its views are released on the way out, an error included:
+    a traceback that kept one would pin ``data`` (a bytearray could not grow, an mmap
+    could not close: "cannot close exported pointers exist" on a full disk)."""
     view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+    try:
+        while view:
+            n = os.write(fd, view)
+            rest = view[n:]
+            view.release()
+            view = rest
+    finally:
+        view.release()
 
 
 def prepare_directory(path: str, readonly: bool) -> None:
@@ -74,21 +84,82 @@ def prepare_directory(path: str, readonly: bool) -> None:
         raise StorePermissionError(exc.errno, f"permission denied: {exc.strerror}", path) from exc
 
 
-def acquire_lock(path: str) -> int:
-    """Take the exclusive writer lock; return its fd. flock is per open file, so
-    a second writer in the same process is refused too."""
-    lock_path = os.path.join(path, LOCK_NAME)
+class WriterLock:
+    """The writer lock of one store while it is held: the flock on its directory and the
+    one on ``LOCK`` (either fd -1 where it is not held). ``close()`` releases both;
+    idempotent."""
+
+    __slots__ = ("dir_fd", "file_fd")
+
+    def __init__(self, dir_fd: int, file_fd: int) -> None:
+        self.dir_fd, self.file_fd = dir_fd, file_fd
+
+    def close(self) -> None:
+        for name in ("file_fd", "dir_fd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                setattr(self, name, -1)
+                os.close(fd)  # closing the fd drops its flock
+
+
+def acquire_lock(path: str) -> WriterLock:
+    """Take the exclusive writer lock of the store in directory ``path``.
+
+    The lock is an ``flock`` on the store directory itself: a directory cannot be
+    deleted while it holds files, so no file a user might remove by mistake (``LOCK``,
+    a saved index) lets a second writer in, and a compaction's generation swap leaves
+    it alone. flock is per open file description, so a second writer in the same
+    process is refused too, and closing some other fd of the directory (``fsync_dir``)
+    does not drop it.
+
+    ``LOCK`` is still created and its flock held too, for writers of older kvstore
+    releases, which lock only ``LOCK``: one of them already open is refused here, and
+    one that opens later is refused by it (unless ``LOCK`` was deleted meanwhile; see
+    docs/FORMAT.md). Where a directory cannot be flocked (NFS emulates flock with fcntl
+    locks, which need a writable fd), the lock is ``LOCK`` alone, as before.
+    """
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _flock(path, path, os.O_RDONLY | os.O_DIRECTORY, "the store directory")
+    except StorePermissionError:
+        raise
+    except OSError as exc:
+        if exc.errno not in _NO_DIRECTORY_FLOCK:
+            raise
+        return WriterLock(-1, _lock_file(path))
+    try:
+        return WriterLock(fd, _lock_file(path))  # an older kvstore's writer holds LOCK alone
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+# What flock on a directory raises where the file system cannot lock one.
+_NO_DIRECTORY_FLOCK = frozenset({errno.EBADF, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP})
+
+
+def _lock_file(path: str) -> int:
+    """Take the flock on ``path/LOCK`` (created if missing); return its fd."""
+    return _flock(path, os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT, "lock file")
+
+
+def _flock(store: str, target: str, flags: int, what: str) -> int:
+    """Open ``target`` and take its exclusive flock without waiting; return the fd.
+    StoreLockedError when another writer of ``store`` holds it; any other failure of the
+    flock is raised as it is, the fd closed."""
+    try:
+        fd = os.open(target, flags, 0o644)
     except PermissionError as exc:
         raise StorePermissionError(
-            exc.errno, f"cannot open lock file: {exc.strerror}", lock_path
+            exc.errno, f"cannot open {what}: {exc.strerror}", target
         ) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise StoreLockedError(path) from None
+        raise StoreLockedError(store) from None
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 

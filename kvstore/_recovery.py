@@ -2,14 +2,18 @@
 
 Theory of operation
 -------------------
-Recovery is point in time. Because values are appended before the KEY
+Recovery keeps every record it can. Because values are appended before the KEY
 records that point at them, the records a torn write can damage are a suffix
 of the KEY file: a partial last record, records pointing past VAL's end, and
-(within the last ``tail_check_bytes`` of VAL) records whose CRC fails. The
-first such record and everything after it are the torn tail. A writer cuts
-both files there, keeping a copy of the cut bytes in ``recovered/``; a
-read-only open leaves the tail out of its view. Either way the open logs what
-it left out and reports it (``Loaded.recovery``, then ``Store.recovery``).
+(within the last ``tail_check_bytes`` of VAL) records that fail the check. In a
+keyed generation, a KEY record that disagrees with its sound VAL record is KEY
+damage, rewritten from VAL, and an unsound record that sound ones follow is
+damage in the middle, kept for ``verify`` and ``repair``, and sound VAL records
+past the last KEY record get their KEY records from VAL (``_mend``); only what
+nothing sound follows is the torn tail. A writer cuts the tail from both files
+and writes the mended records, keeping a copy of the bytes it cut or overwrote
+in ``recovered/``; a read-only open only changes its view. Either way the open
+logs what it did and reports it (``Loaded.recovery``, then ``Store.recovery``).
 
 An open holds one chunk of KEY records at a time: a first pass over the KEY
 file finds the torn tail, and ``Loaded.chunks()`` reads the kept records
@@ -32,7 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _format as fmt
-from ._backend import check_keyed_records, check_val_records
+from . import _mend
+from ._backend import check_val_records
 from ._datafiles import (
     CHUNK_RECORDS,
     DataFiles,
@@ -40,6 +45,7 @@ from ._datafiles import (
     fsync_dir,
     iter_key_records,
     read_key_records,
+    write_all,
 )
 from ._indexfile import index_path
 
@@ -99,13 +105,15 @@ class TornTail:
 
 @dataclass(frozen=True)
 class Recovery:
-    """What an open left out of the store: ``tail``. A writer cut it from the files
-    (``truncated``), keeping the cut bytes in the ``saved`` files; a read-only open
-    only left it out of its view."""
+    """What an open changed: ``tail``, the torn tail it left out (None if none), and
+    ``mended``, the KEY records it rewrote from VAL (None if none). A writer cut the
+    tail from the files and wrote the mended records (``truncated``), keeping the bytes
+    it cut or overwrote in the ``saved`` files; a read-only open only changed its view."""
 
-    tail: TornTail
+    tail: TornTail | None
     truncated: bool
     saved: tuple[str, ...] = ()
+    mended: _mend.Mended | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,7 @@ class TailScan:
     valid: int
     val_end: int
     tail: TornTail | None
+    mend: _mend.Walk | None = None  # KEY records rewritten from VAL, damage kept in place
 
 
 @dataclass
@@ -127,6 +136,8 @@ class Loaded:
     val_end: int
     recovery: Recovery | None
     chunk_records: int = CHUNK_RECORDS
+    mend: _mend.Walk | None = None  # KEY records as VAL mends them, for the index
+    added_in_view: bool = False  # mend.added are not in the file (a read-only open)
 
     @property
     def key_end(self) -> int:
@@ -137,9 +148,13 @@ class Loaded:
         read from the file again into one buffer: a chunk is valid only until the
         next one is read (so its pages are faulted in once, not once a chunk)."""
         key_fd = self.files.key_fd
-        for _, recs in iter_key_records(key_fd, 0, self.records, self.chunk_records, reuse=True):
-            yield recs
+        for start, recs in iter_key_records(
+            key_fd, 0, self.records, self.chunk_records, reuse=True
+        ):
+            yield recs if self.mend is None else _mend.patch(recs, start, self.mend)
             del recs  # before the next read, which overwrites it
+        if self.mend is not None and self.mend.added and self.added_in_view:
+            yield self.mend.added_records()  # a writer appended them: read above
 
 
 def load_records(
@@ -160,12 +175,22 @@ def load_records(
     val_size = os.fstat(files.val_fd).st_size
     scan = scan_tail(files, key_size, val_size, tail_check_bytes, chunk_records)
     recovery = None
-    if scan.tail is not None:
-        key_end = fmt.HEADER_SIZE + scan.valid * fmt.KEY_RECORD_SIZE
-        saved = () if readonly else _truncate(files, key_end, scan.val_end)
-        recovery = Recovery(scan.tail, truncated=not readonly, saved=saved)
+    mended = scan.mend.summary() if scan.mend is not None else None
+    if scan.tail is not None or mended is not None:
+        saved: tuple[str, ...] = ()
+        if not readonly and scan.mend is not None and scan.mend.mends:
+            saved += _write_mends(files, scan.mend)
+        if not readonly and scan.tail is not None:
+            key_end = fmt.HEADER_SIZE + scan.valid * fmt.KEY_RECORD_SIZE
+            saved += _truncate(files, key_end, scan.val_end)
+        recovery = Recovery(scan.tail, truncated=not readonly, saved=saved, mended=mended)
         _log_recovery(files, recovery)
-    return Loaded(files, scan.valid, scan.val_end, recovery, chunk_records)
+    records = scan.valid
+    if scan.mend is not None and scan.mend.added and not readonly:
+        _append_added(files, scan.valid, scan.mend.added)  # after the cut of a partial one
+        records += len(scan.mend.added) // fmt.KEY_RECORD_SIZE
+    return Loaded(files, records, scan.val_end, recovery, chunk_records, scan.mend,
+                  added_in_view=readonly)
 
 
 def scan_tail(
@@ -188,18 +213,17 @@ def scan_tail(
     before_idx, before_off = before
     valid, reason = limit, ""
     val_end = fmt.HEADER_SIZE
-    if files.keyed and n > 0:
+    mend: _mend.Walk | None = None
+    if files.keyed and (n > 0 or val_size > fmt.HEADER_SIZE):
         # Every KEY record has its VAL record, in the same order: walk both in step from
-        # the put before the checked tail (whose end is trusted), deletions included.
+        # the put before the checked tail (whose end is trusted; it comes before the first
+        # record whose offset cannot be right), deletions included.
         with _map_val(files, val_size) as mm:
             first = before_idx + 1 if before_idx >= 0 else 0
             if before_idx >= 0:
                 val_end = min(fmt.keyed_record_end(mm, before_off), val_size)
-            valid, val_end, reason = _check_keyed(
-                fd, mm, first, limit, val_size, val_end, chunk_records
-            )
-            if valid == limit < n:
-                reason = _unsound_reason(fd, mm, limit, val_size, val_end, keyed=True)
+            mend = _mend.walk(fd, mm, first, n, val_size, val_end, chunk_records)
+            valid, val_end, reason = mend.valid, mend.pos, mend.reason
     elif tail_first >= 0 or limit < n:
         with _map_val(files, val_size) as mm:
             if before_off >= 0:
@@ -209,10 +233,12 @@ def scan_tail(
                     fd, mm, tail_first, limit, val_size, val_end, chunk_records
                 )
             if valid == limit < n:
-                reason = _unsound_reason(fd, mm, limit, val_size, val_end, keyed=False)
+                reason = _unsound_reason(fd, mm, limit, val_size)
     key_end = fmt.HEADER_SIZE + valid * fmt.KEY_RECORD_SIZE
+    if mend is not None and mend.summary() is None:
+        mend = None
     if key_end == key_size and val_end == val_size:
-        return TailScan(valid, val_end, None)
+        return TailScan(valid, val_end, None, mend)
     tombstones = sum(
         int(np.count_nonzero(recs["off"] == fmt.TOMBSTONE))
         for _, recs in iter_key_records(fd, valid, n, chunk_records, reuse=True)
@@ -226,7 +252,7 @@ def scan_tail(
         val_bytes=val_size - val_end,
         reason=reason,
     )
-    return TailScan(valid, val_end, tail)
+    return TailScan(valid, val_end, tail, mend)
 
 
 def _first_pass(
@@ -293,45 +319,16 @@ def _check_puts(
             off = int(offs[j])
             problem, _ = fmt.check_val_record(mm, off, val_size, prev_end)
             key = recs["key"][j].tobytes()
-            return start + j, val_end, _record_reason(key, start + j, off, problem)
+            return start + j, val_end, _mend.record_reason(key, start + j, off, problem)
     return stop, val_end, ""
 
 
-def _check_keyed(
-    fd: int,
-    mm: mmap.mmap,
-    first: int,
-    stop: int,
-    val_size: int,
-    pos: int,
-    chunk_records: int,
-) -> tuple[int, int, str]:
-    """Check KEY records first..stop-1 against the keyed VAL records from ``pos`` on, in
-    step; return (valid, VAL end, reason)."""
-    for start, recs in iter_key_records(fd, first, stop, chunk_records, reuse=True):
-        raw = recs.view(np.uint8)
-        passed, end = check_keyed_records(mm, raw, val_size, pos)
-        pos = end
-        if passed < len(recs):
-            j = start + passed
-            key = recs["key"][passed].tobytes()
-            off = int(recs["off"][passed])
-            problem, _ = fmt.check_keyed_record(mm, pos, val_size, key, off)
-            return j, pos, _record_reason(key, j, off, problem)
-    return stop, pos, ""
-
-
-def _unsound_reason(
-    fd: int, mm: mmap.mmap, index: int, val_size: int, pos: int, *, keyed: bool
-) -> str:
-    """Why KEY record ``index`` (structurally unsound: a bad offset) is unsound."""
+def _unsound_reason(fd: int, mm: mmap.mmap, index: int, val_size: int) -> str:
+    """Why plain KEY record ``index`` (structurally unsound: a bad offset) is unsound."""
     rec = read_key_records(fd, index, 1)
     key, off = rec["key"][0].tobytes(), int(rec["off"][0])
-    if keyed:  # pos is valid, so a bad offset is never where the record lies
-        problem, _ = fmt.check_keyed_record(mm, pos, val_size, key, off)
-    else:
-        problem, _ = fmt.check_val_record(mm, off, val_size, 0)
-    return _record_reason(key, index, off, problem)
+    problem, _ = fmt.check_val_record(mm, off, val_size, 0)
+    return _mend.record_reason(key, index, off, problem)
 
 
 def _first_true(mask: np.ndarray) -> int:
@@ -348,11 +345,6 @@ def _record_end(mm: mmap.mmap, off: int, val_size: int) -> int:
     return min(off + fmt.VAL_HEADER_SIZE + length, val_size)
 
 
-def _record_reason(key: bytes, index: int, off: int, problem: str | None) -> str:
-    koff = fmt.HEADER_SIZE + index * fmt.KEY_RECORD_SIZE
-    return f"KEY record at offset {koff} (key {key.hex()}) -> VAL offset {off}: {problem}"
-
-
 def _map_val(files: DataFiles, length: int) -> mmap.mmap:
     return mmap.mmap(files.val_fd, length, access=mmap.ACCESS_READ)
 
@@ -362,6 +354,13 @@ def _count(n: int, noun: str) -> str:
 
 
 def _log_recovery(files: DataFiles, rec: Recovery) -> None:
+    if rec.mended is not None:
+        who = "open" if rec.truncated else "read-only open (in its view only)"
+        saved = "; the old KEY bytes are saved in recovered/" if (
+            rec.truncated and rec.mended.records) else ""
+        log.warning("%s: %s: %s%s", files.directory, who, rec.mended.describe(), saved)
+    if rec.tail is None:
+        return
     what = rec.tail.describe()
     if rec.truncated:
         log.warning(
@@ -380,21 +379,65 @@ def _log_recovery(files: DataFiles, rec: Recovery) -> None:
         log.info("%s: read-only open ignores %s (an interrupted append?)", files.directory, what)
 
 
+def _write_mends(files: DataFiles, w: _mend.Walk) -> tuple[str, ...]:
+    """Write the KEY records VAL mends in place, after saving the bytes they replace
+    (from the first to the last) in recovered/; drop the saved index (it is stale)."""
+    first, last = min(w.mends), max(w.mends)
+    start = fmt.HEADER_SIZE + first * fmt.KEY_RECORD_SIZE
+    stop = fmt.HEADER_SIZE + (last + 1) * fmt.KEY_RECORD_SIZE
+    rdir = os.path.join(files.directory, RECOVERED_DIR)
+    os.makedirs(rdir, exist_ok=True)
+    out = os.path.join(rdir, f"gen{files.gen:06d}-{recovered_stamp()}-mended-at{start}.key")
+    save_range(files.key_fd, start, stop, out)
+    fsync_dir(rdir)
+    fd = os.open(files.key_path, os.O_WRONLY)  # the store's own fd appends (O_APPEND)
+    try:
+        for j, rec in sorted(w.mends.items()):
+            os.pwrite(fd, rec, fmt.HEADER_SIZE + j * fmt.KEY_RECORD_SIZE)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(index_path(files.directory, files.gen))
+    return (out,)
+
+
+def _append_added(files: DataFiles, valid: int, added: bytearray) -> None:
+    """Append the KEY records of the sound VAL records past the KEY file's end (the
+    file ends after ``valid`` records now), synced; the saved index is stale."""
+    if os.fstat(files.key_fd).st_size != fmt.HEADER_SIZE + valid * fmt.KEY_RECORD_SIZE:
+        raise OSError(f"{files.key_path}: not where recovery left it")  # never, but say so
+    write_all(files.key_fd, added)
+    os.fsync(files.key_fd)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(index_path(files.directory, files.gen))
+
+
+def recovered_stamp() -> str:
+    """The time part of a recovered/ file's name (unique to the nanosecond)."""
+    return time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 1_000_000_000:09d}"
+
+
+def save_range(fd: int, start: int, stop: int, out: str) -> None:
+    """Copy bytes ``start``..``stop - 1`` of ``fd`` into a new file ``out``, synced."""
+    with open(out, "wb") as f:
+        for pos in range(start, stop, _COPY_PIECE):
+            f.write(os.pread(fd, min(_COPY_PIECE, stop - pos), pos))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _truncate(files: DataFiles, key_end: int, val_end: int) -> tuple[str, ...]:
     """Cut both files back to the valid point, keeping the cut bytes in recovered/."""
     rdir = os.path.join(files.directory, RECOVERED_DIR)
     os.makedirs(rdir, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 1_000_000_000:09d}"
+    stamp = recovered_stamp()
     saved = []
     for fd, end, suffix in ((files.key_fd, key_end, "key"), (files.val_fd, val_end, "val")):
         size = os.fstat(fd).st_size
         if size > end:
             out = os.path.join(rdir, f"gen{files.gen:06d}-{stamp}-at{end}.{suffix}")
-            with open(out, "wb") as f:
-                for pos in range(end, size, _COPY_PIECE):
-                    f.write(os.pread(fd, min(_COPY_PIECE, size - pos), pos))
-                f.flush()
-                os.fsync(f.fileno())
+            save_range(fd, end, size, out)
             os.ftruncate(fd, end)
             os.fsync(fd)
             saved.append(out)

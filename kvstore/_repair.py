@@ -31,7 +31,6 @@ import contextlib
 import logging
 import mmap
 import os
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,7 +42,6 @@ from .exceptions import CorruptStoreError, StoreNotFoundError
 
 log = logging.getLogger(__name__)
 
-_PIECE = 8 << 20  # bytes copied to recovered/ per step
 
 
 @dataclass(frozen=True)
@@ -98,7 +96,7 @@ def repair(path: str) -> RepairReport:
         finally:
             files.close()
     finally:
-        os.close(lock)
+        lock.close()
 
 
 def _rebuild(files: _datafiles.DataFiles) -> RepairReport:
@@ -158,12 +156,14 @@ def _replace_key_file(
 ) -> tuple[str, ...]:
     rdir = os.path.join(files.directory, _recovery.RECOVERED_DIR)
     os.makedirs(rdir, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 1_000_000_000:09d}"
+    stamp = _recovery.recovered_stamp()
     old_key = os.path.join(rdir, f"gen{files.gen:06d}-{stamp}-repair.key")
-    saved = [_copy(files.key_fd, 0, key_size, old_key)]
+    _recovery.save_range(files.key_fd, 0, key_size, old_key)
+    saved = [old_key]
     if val_end < val_size:
         out = os.path.join(rdir, f"gen{files.gen:06d}-{stamp}-at{val_end}.val")
-        saved.append(_copy(files.val_fd, val_end, val_size, out))
+        _recovery.save_range(files.val_fd, val_end, val_size, out)
+        saved.append(out)
     _datafiles.fsync_dir(rdir)
     tmp = files.key_path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -181,12 +181,3 @@ def _replace_key_file(
         os.fsync(files.val_fd)
     _datafiles.fsync_dir(files.directory)
     return tuple(saved)
-
-
-def _copy(fd: int, start: int, stop: int, out: str) -> str:
-    with open(out, "wb") as f:
-        for pos in range(start, stop, _PIECE):
-            f.write(os.pread(fd, min(_PIECE, stop - pos), pos))
-        f.flush()
-        os.fsync(f.fileno())
-    return out

@@ -93,11 +93,11 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
         # How the open got its index: "saved" (read back from a clean close) or "rebuilt".
         self.index_source = "rebuilt"
         self._lock = Lock()
-        self._lock_fd = -1
+        self._writer_lock: _datafiles.WriterLock | None = None
         self._g: _Generation | None = None
         _datafiles.prepare_directory(self.path, readonly)
         if not readonly:
-            self._lock_fd = _datafiles.acquire_lock(self.path)
+            self._writer_lock = _datafiles.acquire_lock(self.path)
         try:
             self._g = self._open_generation(capacity or 0, tail_check_bytes)
         except BaseException:
@@ -214,9 +214,9 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
             self._release_lock()
 
     def _release_lock(self) -> None:
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)  # closing the fd drops the flock
-            self._lock_fd = -1
+        if self._writer_lock is not None:
+            self._writer_lock.close()
+            self._writer_lock = None
 
     def __enter__(self) -> Store:
         return self
@@ -466,10 +466,12 @@ class Store(StoreBase, MutableMapping[bytes, bytes]):
                     self._same(g)
                     current, _ = g.index.lookup_many(keys)
                 job.copy(keys, offs, live=(offs >= 0) & (current == offs))
+            job.check_copied()
             with self._lock:
                 self._same(g)
                 self._flush_locked(g)
                 job.replay_tail()
+                job.check_complete(g.index)
                 job.publish()
                 try:
                     new = job.open_new()

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _datafiles, _indexfile, _recovery
+from . import _datafiles, _indexfile, _mend, _recovery
 from . import _format as fmt
 from ._backend import check_keyed_records
 
@@ -59,6 +59,7 @@ class VerifyReport:
     missing: list[str] = field(default_factory=list)
     format_version: int = fmt.FORMAT_VERSION
     values_damaged: bool = False  # some damage is in VAL records, not only in KEY
+    mended: _mend.Mended | None = None  # what a writable open would rewrite from VAL
 
     @property
     def repairable(self) -> bool:
@@ -96,7 +97,8 @@ def verify(
     scan = _recovery.scan_tail(files, key_size, val_size, tail_check_bytes, chunk)
     missing = _missing(files, key_size, val_size)
     return VerifyReport(
-        n, key_size, val_size, damages, scan.tail, missing, files.version, values_damaged
+        n, key_size, val_size, damages, scan.tail, missing, files.version, values_damaged,
+        scan.mend.summary() if scan.mend is not None else None,
     )
 
 
@@ -178,13 +180,8 @@ class _Walk:
 
     def _sound(self, pos: int) -> int | None:
         """The end of the record at ``pos`` if it is intact (whoever it belongs to)."""
-        if pos < fmt.HEADER_SIZE or pos + fmt.RECORD_HEADER_SIZE > self.size:
-            return None
-        owner = bytes(self.mm[pos + 8 : pos + fmt.RECORD_HEADER_SIZE])
-        length = int.from_bytes(self.mm[pos : pos + 4], "little")
-        off = fmt.TOMBSTONE if length == fmt.DELETED else pos
-        problem, end = fmt.check_keyed_record(self.mm, pos, self.size, owner, off)
-        return end if problem is None else None
+        found = _mend.sound_record(self.mm, pos, self.size)
+        return None if found is None else found[2]
 
     def _intact_end(self, pos: int) -> int | None:
         """Where the record after the one at ``pos`` starts, or None if that cannot be

@@ -186,6 +186,8 @@ def _cut_back_to_counted(main: kvstore.Store, counted: list[int] | None,
     if found is None or not found.truncated or counted is None or now is None:
         return False
     tail = found.tail
+    if tail is None:  # the open only mended KEY records from VAL: nothing was cut
+        return False
     return (now[1:] == [tail.key_offset, tail.val_offset]
             and counted == [now[0], tail.key_offset + tail.key_bytes,
                             tail.val_offset + tail.val_bytes])

@@ -98,6 +98,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         )
     for what in report.missing:
         print(f"missing: {what}")
+    if report.mended is not None:
+        print(f"mend: on a writable open, {report.mended.describe()}")
     tail = report.torn_tail
     if tail is not None:
         print(f"torn tail: a writable open would cut {tail.describe()}")

@@ -165,3 +165,68 @@ def test_compact_of_no_crawl_is_one_line(tmp_path: Path, capsys: Capsys) -> None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("crawler: error: ") and "nothing" in err[0]
     assert not (tmp_path / "nothing").exists()
+
+
+def test_a_damaged_maindb_is_left_as_it_was_and_named(
+    make_testweb: MakeWeb, tmp_path: Path, capsys: Capsys
+) -> None:
+    """Issue 42: one flipped bit in MainDB's KEY file, far from its end (the index a
+    clean close saved is still trusted), made compaction drop a page; now it stops on
+    that store with one line naming repair, and the crawl's files are as they were."""
+    web = make_testweb(pages=300, hosts=2, seed=11, crawl_delay=0.0)
+    data = tmp_path / "c"
+    assert run_crawl(web, data).complete  # type: ignore[attr-defined]
+    kept = contents(data)
+    store = data / "main"
+    (key_file,) = store.glob("data-*.key")
+    raw = bytearray(key_file.read_bytes())
+    assert len(raw) > 24 + 8192  # the saved index's stamp covers the last 4 KiB only
+    with kvstore.open(store, readonly=True) as main_db:  # the first live KEY record
+        first = next(i for i in range(100) if main_db.versions_of(
+            [bytes(raw[24 + 24 * i : 40 + 24 * i])])[1][0] == int.from_bytes(
+            raw[40 + 24 * i : 48 + 24 * i], "little", signed=True))
+    raw[24 + 24 * first + 3] ^= 0x08  # a key byte
+    key_file.write_bytes(bytes(raw))
+    files = {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert main(["compact", str(data)]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    assert re.fullmatch(rf"compact {data}: .*compaction stopped, nothing changed.*"
+                        rf"python -m kvstore repair {store}.*\n", out), out
+    assert {p.name: p.read_bytes() for p in store.iterdir() if p.is_file()} == files
+    assert contents(data) == kept
+
+
+def test_a_full_disk_is_one_line_and_changes_nothing(
+    make_testweb: MakeWeb, tmp_path: Path
+) -> None:
+    """Issue 42: `crawler compact` on a full disk let kvstore's `BufferError: cannot
+    close exported pointers exist` through. A file size limit plays the full disk
+    (writes past it fail with EFBIG, SIGXFSZ ignored) in the command's own process."""
+    import resource
+    import signal
+
+    web = make_testweb(pages=300, hosts=2, seed=5, crawl_delay=0.0)
+    data = tmp_path / "c"
+    assert run_crawl(web, data).complete  # type: ignore[attr-defined]
+    kept = contents(data)
+    (val_file,) = (data / "main").glob("data-*.val")
+    limit = val_file.stat().st_size // 2
+    before = {p.name: p.read_bytes() for p in (data / "main").glob("data-*")}
+
+    def small_disk() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    done = subprocess.run([sys.executable, "-m", "crawler", "compact", str(data)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          preexec_fn=small_disk)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "BufferError" not in done.stderr
+    assert re.fullmatch(rf"compact {data}: nothing done \(here\); not finished: main: "
+                        r".*File too large\n", done.stdout), done.stdout
+    assert {p.name: p.read_bytes() for p in (data / "main").glob("data-*")
+            if not p.name.endswith(".idx")} == {
+        n: b for n, b in before.items() if not n.endswith(".idx")}
+    assert contents(data) == kept

@@ -117,6 +117,7 @@ def parent_writes(db: kvstore.Store, parent: dict[bytes, bytes], round_no: int) 
         del parent[old]
 
 
+@pytest.mark.slow
 def test_kill_during_puts(tmp_path: Path, python: str, child_env: dict[str, str]) -> None:
     store = tmp_path / "store"
     log = tmp_path / "child.stderr"
@@ -171,6 +172,7 @@ def test_kill_during_puts(tmp_path: Path, python: str, child_env: dict[str, str]
         assert ro.verify() == []
 
 
+@pytest.mark.slow
 def test_kill_during_compaction(tmp_path: Path, python: str, child_env: dict[str, str]) -> None:
     store = tmp_path / "store"
     log = tmp_path / "child.stderr"

@@ -285,6 +285,7 @@ class ResizingStoreMachine(StoreMachine):
         self.counter.look(self.store._g.index, deleting=True)  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_store_matches_dict_model(tmp_path: Path) -> None:
     class Machine(StoreMachine):
         base = tmp_path

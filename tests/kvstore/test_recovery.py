@@ -202,7 +202,10 @@ VAL_CUTS = range(POSITIONS[-4], VAL_SIZE + 1)
 
 
 def expected_kept(which: str, t: int) -> int:
-    return kept_after_key_cut(t) if which == "key" else kept_after_val_cut(t)
+    """Operations an open keeps: a KEY file cut short loses none (VAL names every record,
+    and the open writes the missing KEY records from it); a cut VAL loses from the
+    first record it cut."""
+    return len(OPS) if which == "key" else kept_after_val_cut(t)
 
 
 class TestTornTail:
@@ -228,6 +231,9 @@ class TestTornTail:
             torn_copy(pristine, dest, which, t)
             torn_key, torn_val = (p.read_bytes() for p in data_pair(dest))
             key_end, val_end = HEADER + KREC * n, val_end_after(OPS, n)
+            # What the open cuts: a KEY cut leaves a partial record at most (whole ones
+            # are written again from VAL); a VAL cut, the records from the first it cut.
+            cut_at = HEADER + KREC * kept_after_key_cut(t) if which == "key" else key_end
             caplog.clear()
             with caplog.at_level(logging.INFO, logger="kvstore"), kvstore.open(dest) as db:
                 assert_holds(db, expected)
@@ -239,7 +245,7 @@ class TestTornTail:
                 db[k(13)] = b"rewritten"
                 if k(1) in expected:
                     del db[k(1)]
-            dropped = pristine_key[HEADER + KREC * n : t if which == "key" else None]
+            dropped = pristine_key[cut_at : t if which == "key" else None]
             if dropped:
                 warned = [
                     r
@@ -248,8 +254,10 @@ class TestTornTail:
                 ]
                 assert warned, f"dropping records at cut {which}={t} was not logged"
             assert_recovered_exactly(
-                dest, torn_key[key_end:], torn_val[val_end:], key_end, val_end, f"{which}={t}"
+                dest, torn_key[cut_at:], torn_val[val_end:], cut_at, val_end, f"{which}={t}"
             )
+            if which == "key":
+                assert data_pair(dest)[0].read_bytes()[:key_end] == pristine_key
             expected2 = dict(expected)
             expected2[k(100)] = b"after-recovery"
             expected2[k(13)] = b"rewritten"
@@ -304,30 +312,37 @@ OVERLAP_OPS = [Op(k(0), CONTAINER), Op(k(1), b"the real value of k1"), Op(k(2), 
 
 
 class TestRecoveryRules:
-    """FORMAT.md's rules for an unsound record, each triggered alone: that record and
-    every one after it are dropped; a writer cuts them into recovered/ (exactly those
-    bytes); a read-only open only ignores them."""
+    """FORMAT.md's rules for a KEY record that disagrees with its sound VAL record, each
+    triggered alone: VAL says what the record was, so the open rewrites it from VAL
+    (a writer in the file, saving the bytes it overwrote in recovered/; a read-only
+    open in its view only) and keeps every record, the damaged one's included."""
 
-    def check(self, dest: Path, ops: list[Op], n: int, tail_check_bytes: int) -> None:
-        expected = state_after(ops[:n])
-        touched = {op.key for op in ops}
+    def check(self, dest: Path, ops: list[Op], n: int, tail_check_bytes: int,
+              original_key: bytes) -> None:
+        expected = state_after(ops)
         before = {p.name: p.read_bytes() for p in dest.iterdir() if p.is_file()}
         with kvstore.open(dest, readonly=True, tail_check_bytes=tail_check_bytes) as ro:
             assert {key: ro[key] for key in ro} == expected
-            assert not any(key in ro for key in touched - set(expected))
+            assert ro.recovery is not None and ro.recovery.tail is None
+            assert ro.recovery.mended is not None and ro.recovery.mended.records == 1
         assert {p.name: p.read_bytes() for p in dest.iterdir() if p.is_file()} == before
         assert not (dest / "recovered").exists()
-        key_bytes, val_bytes = (p.read_bytes() for p in data_pair(dest))
-        key_end, val_end = HEADER + KREC * n, val_end_after(ops, n)
+        damaged_key, val_bytes = (p.read_bytes() for p in data_pair(dest))
+        at = HEADER + KREC * n
         with kvstore.open(dest, tail_check_bytes=tail_check_bytes) as db:
             assert {key: db[key] for key in db} == expected
-            assert [p.stat().st_size for p in data_pair(dest)] == [key_end, val_end]
-        assert_recovered_exactly(
-            dest, key_bytes[key_end:], val_bytes[val_end:], key_end, val_end, dest.name
-        )
+            rec = db.recovery
+            assert rec is not None and rec.tail is None and rec.truncated
+            assert rec.mended is not None and rec.mended.key_offset == at
+        key_file, val_file = data_pair(dest)
+        assert key_file.read_bytes() == original_key  # rewritten exactly as it was
+        assert val_file.read_bytes() == val_bytes
+        saved = list((dest / "recovered").iterdir())
+        assert [p.name for p in saved] == [f"gen000001-{saved[0].name[10:35]}-mended-at{at}.key"]
+        assert saved[0].read_bytes() == damaged_key[at : at + KREC]
         with kvstore.open(dest) as db:
             assert {key: db[key] for key in db} == expected
-            assert db.verify() == []
+            assert db.verify() == [] and db.recovery is None
 
     # Record 10 is a put in the middle of the file. With tail_check_bytes=1 only the
     # last record's value is checked, so nothing but the offset rule can catch it.
@@ -340,7 +355,7 @@ class TestRecoveryRules:
         dest = tmp_path / "store"
         shutil.copytree(pristine, dest)
         set_offset(data_pair(dest)[0], 10, offset)
-        self.check(dest, OPS, 10, tail_check_bytes)
+        self.check(dest, OPS, 10, tail_check_bytes, data_pair(pristine)[0].read_bytes())
 
     @pytest.mark.parametrize("record", [24, 29])
     def test_value_at_an_earlier_record(self, pristine: Path, tmp_path: Path, record: int) -> None:
@@ -353,7 +368,8 @@ class TestRecoveryRules:
         dest = tmp_path / "store"
         shutil.copytree(pristine, dest)
         set_offset(data_pair(dest)[0], record, offset)
-        self.check(dest, OPS, record, kvstore.DEFAULT_TAIL_CHECK_BYTES)
+        self.check(dest, OPS, record, kvstore.DEFAULT_TAIL_CHECK_BYTES,
+                   data_pair(pristine)[0].read_bytes())
 
     def test_value_inside_the_previous_record(self, tmp_path: Path) -> None:
         dest = tmp_path / "store"
@@ -361,8 +377,9 @@ class TestRecoveryRules:
         inner = HEADER + VHDR + 10
         _, val_file = data_pair(dest)
         assert val_file.read_bytes()[inner + VHDR : inner + VHDR + len(INNER)] == INNER
+        original = data_pair(dest)[0].read_bytes()
         set_offset(data_pair(dest)[0], 1, inner)
-        self.check(dest, OVERLAP_OPS, 1, kvstore.DEFAULT_TAIL_CHECK_BYTES)
+        self.check(dest, OVERLAP_OPS, 1, kvstore.DEFAULT_TAIL_CHECK_BYTES, original)
 
 
 def flip(path: Path, byte: int, bit: int) -> None:
@@ -459,22 +476,49 @@ class TestBitFlips:
             assert db[FLIP_KEYS[VICTIM]] == b"healed"
 
     @pytest.mark.parametrize("readonly", [False, True])
-    def test_damage_in_the_tail_drops_it_and_everything_after(
+    def test_damage_in_the_tail_before_sound_records_is_kept_in_place(
         self, flip_store: tuple[Path, dict[bytes, bytes], int], tmp_path: Path, readonly: bool
     ) -> None:
+        """A damaged value with sound records after it is damage in the middle, not a
+        torn tail: the open keeps it (a get raises, verify names it) and every record
+        after it, and cuts nothing."""
         src, contents, _ = flip_store
         dest = tmp_path / "store"
         shutil.copytree(src, dest)
         _, val_file = data_pair(dest)
-        # Damage the third-last filler value: it and the two after it are dropped.
         size = val_file.stat().st_size
         third_last = size - 3 * (VHDR + 1000)
         flip(val_file, third_last + VHDR + 500, 0)
-        expected = dict(zip(FLIP_KEYS, FLIP_VALS, strict=True)) | dict(FILLER[:-3])
+        victim = FILLER[-3][0]
+        with kvstore.open(dest, readonly=readonly, tail_check_bytes=2 * TAIL) as db:
+            rec = db.recovery
+            assert rec is not None and rec.tail is None
+            assert rec.mended is not None and rec.mended.kept_damaged == 1
+            assert len(db) == len(contents)
+            for key, value in contents.items():
+                if key != victim:
+                    assert db[key] == value
+            with pytest.raises(CorruptStoreError):
+                db[victim]
+            assert [d.key for d in db.verify()] == [victim]
+        assert not (dest / "recovered").exists()
+        assert val_file.stat().st_size == size
+
+    @pytest.mark.parametrize("readonly", [False, True])
+    def test_damage_in_the_last_record_is_a_torn_tail(
+        self, flip_store: tuple[Path, dict[bytes, bytes], int], tmp_path: Path, readonly: bool
+    ) -> None:
+        """Nothing sound after the damaged record: it is what a torn write leaves, cut."""
+        src, contents, _ = flip_store
+        dest = tmp_path / "store"
+        shutil.copytree(src, dest)
+        _, val_file = data_pair(dest)
+        size = val_file.stat().st_size
+        flip(val_file, size - 500, 0)
+        expected = dict(zip(FLIP_KEYS, FLIP_VALS, strict=True)) | dict(FILLER[:-1])
         with kvstore.open(dest, readonly=readonly, tail_check_bytes=2 * TAIL) as db:
             assert {key: db[key] for key in db} == expected
-            for key, _ in FILLER[-3:]:
-                assert key not in db
+            assert FILLER[-1][0] not in db
         if not readonly:
             with kvstore.open(dest) as db:
                 assert db.verify() == []

@@ -282,10 +282,10 @@ def test_check_keyed_records_refuses_bad_arguments() -> None:
 
 
 def test_the_open_uses_the_check_it_was_built_with() -> None:
-    from kvstore import _recovery
+    from kvstore import _mend, _recovery
 
     assert _recovery.check_val_records is _backend.check_val_records
-    assert _recovery.check_keyed_records is _backend.check_keyed_records
+    assert _mend.check_keyed_records is _backend.check_keyed_records
     want = "c" if _backend.BACKEND == "c" else "python"
     module = getattr(_backend.check_val_records, "__module__", None) or "kvstore._speedups"
     assert (module == "kvstore._fallback") is (want == "python")
@@ -297,7 +297,7 @@ def test_open_stops_at_the_first_bad_tail_record_either_way(tmp_path: Path) -> N
     require_c()
     from plain_format import write_plain_store
 
-    from kvstore import _recovery
+    from kvstore import _mend, _recovery
 
     reports = []
     pairs = [("check_keyed_records", impl) for impl in
@@ -317,15 +317,16 @@ def test_open_stops_at_the_first_bad_tail_record_either_way(tmp_path: Path) -> N
             write_plain_store(path, [(POOL_ARR[i].tobytes(), b"value %d" % i) for i in range(200)])
         val = path / "data-000001.val"
         data = bytearray(val.read_bytes())
-        data[-100] ^= 1
+        data[-3] ^= 1  # the last record's value: a torn write, as nothing sound follows
         val.write_bytes(bytes(data))
-        orig = getattr(_recovery, name)
-        setattr(_recovery, name, impl)
+        module = _mend if name == "check_keyed_records" else _recovery
+        orig = getattr(module, name)
+        setattr(module, name, impl)
         try:
             with Store(path, readonly=True) as db:
                 reports.append((len(db), db.recovery.tail if db.recovery else None))
         finally:
-            setattr(_recovery, name, orig)
+            setattr(module, name, orig)
     assert reports[0] == reports[1] and reports[2] == reports[3]
     for count, tail in reports:
         assert tail is not None and count < 200
