@@ -16,12 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..state.pages import KEY_SIZE, LINK_SIZE, NOFOLLOW, PageRecord
+from .htmlbounds import DEFAULT_BOUNDS, ReadBounds
 from .listing import DEFAULT_MAX_TEXT_CHARS, iso_time, page_meta
 from .pagetext import page_text
 from .rankstore import Rank
 from .simhash import simhash
 
-__all__ = ["link_items", "page_object", "rank_fields", "text_fields"]
+__all__ = ["link_items", "page_object", "rank_fields", "read_text_fields", "text_fields"]
 
 
 def page_object(page: PageRecord, *, text: bool = False,
@@ -48,15 +49,24 @@ def text_fields(page: PageRecord, limit: int = DEFAULT_MAX_TEXT_CHARS) -> dict[s
     ``canonical``, ``lang``, ``opengraph`` and ``jsonld`` (structured data, when the page
     has them), and ``simhash`` (64 bits as 16 hex digits: JSON numbers stop at 2**53).
     All null for a page with no text body."""
+    return read_text_fields(page, limit)[0]
+
+
+def read_text_fields(page: PageRecord, limit: int = DEFAULT_MAX_TEXT_CHARS,
+                     bounds: ReadBounds = DEFAULT_BOUNDS) -> tuple[dict[str, Any], str]:
+    """(:func:`text_fields`, why its ``main_text`` is the page's plain text: "" when it
+    is the main content), the main content read within ``bounds``
+    (crawler.read.htmlbounds)."""
     meta = page_meta(page, limit=limit)
     if meta is None:
         return dict.fromkeys(("text", "main_text", "title", "description", "canonical",
-                              "lang", "opengraph", "jsonld", "simhash"))
-    main = page_text(page, text_limit=limit)
-    return {"text": meta.text, "main_text": main.text if main is not None else meta.text,
-            "title": meta.title, "description": meta.description,
-            "canonical": meta.canonical, "lang": meta.lang, "opengraph": meta.opengraph,
-            "jsonld": meta.jsonld, "simhash": f"{simhash(meta.text):016x}"}
+                              "lang", "opengraph", "jsonld", "simhash")), ""
+    main = page_text(page, text_limit=limit, bounds=bounds)
+    return ({"text": meta.text, "main_text": main.text if main is not None else meta.text,
+             "title": meta.title, "description": meta.description,
+             "canonical": meta.canonical, "lang": meta.lang, "opengraph": meta.opengraph,
+             "jsonld": meta.jsonld, "simhash": f"{simhash(meta.text):016x}"},
+            main.plain if main is not None else "")
 
 
 def link_items(links: bytes, urls: list[str | None] | None) -> list[dict[str, object]]:

@@ -60,6 +60,12 @@ class RankStore:
         self.n: int = n
         self.max_rank = float(top) or 1.0
         try:
+            # its ranks, 8 bytes a record, hold n: an n no file holds (graph.json's records
+            # 10**19) is refused here, before a map's size overflows (numpy: a warning
+            # and an OverflowError)
+            size = os.path.getsize(self._path("rank.f8"))
+            if n > size // 8:
+                raise ValueError(f"records {n} in graph.json, rank.f8 holds {size // 8}")
             self._map(n)
         except (OSError, ValueError) as exc:  # a file missing, or shorter than n records
             raise DataDirError(f"{self.dir}: damaged ({exc}); {again}") from None

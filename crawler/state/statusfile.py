@@ -109,6 +109,7 @@ def read_status(data_dir: str) -> dict[str, Any] | None:
 _NUMBERS = (*_SUMMED, *_REVISIT, *_RENDER, "time", "elapsed", "shard", "shards", "shards_up")
 _COUNTERS = ("outcomes", "classes", "sitemaps")
 _MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT
+_MAX_TIME = 253_402_300_799  # 9999-12-31T23:59:59Z: what a date can show
 
 
 def snapshot_problem(data: Any) -> str | None:
@@ -122,6 +123,8 @@ def snapshot_problem(data: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value):
             return f"its {key} is {str(value)[:50]!r}, not a number"
+    if not 0 <= data["time"] <= _MAX_TIME:  # (time.localtime refuses it: OverflowError)
+        return f"its time is {str(data['time'])[:50]!r}, not a time"
     pid = data.get("pid", 1)
     if isinstance(pid, bool) or not isinstance(pid, int) or not 1 <= pid <= _MAX_PID:
         return f"its pid is {str(pid)[:50]!r}, not a process id"
