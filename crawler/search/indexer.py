@@ -56,6 +56,7 @@ import kvstore
 
 from ..exceptions import DataDirError
 from ..read._linesort import LineSorter
+from ..read.htmlbounds import DEFAULT_BOUNDS, ReadBounds
 from ..read.listing import CrawlReader
 from ..read.pagetext import DEFAULT_TEXT_LIMIT, PageText
 from ..state.jsonfile import read_json, write_json
@@ -89,13 +90,18 @@ class IndexStats:
     documents: int = 0  # documents in the index at the end
     rebuilt: int = 0  # shards rebuilt from nothing
     skipped: int = 0  # damaged records
+    # pages indexed from their plain text, not their main content: nested too deeply or
+    # over the time budget a page (crawler.read.htmlbounds)
+    plain: int = 0
     seconds: float = 0.0
 
     def summary(self) -> str:
+        plain = (f"; {self.plain:,} read from their plain text (nested too deeply or over "
+                 "the time budget a page: docs/BOUNDS.md)" if self.plain else "")
         return (f"indexed {self.indexed:,} pages ({self.read:,} records read, "
                 f"{self.reanchored:,} for new anchor text), removed {self.removed:,}; "
                 f"{self.documents:,} documents in {self.shards} shard index(es) "
-                f"({self.seconds:.1f} s)")
+                f"({self.seconds:.1f} s){plain}")
 
 
 NO_DOCUMENT = -1  # the anchor hash of a key read and not indexed (an error page...)
@@ -133,6 +139,8 @@ def document(url: str, fetched_at: float, text: PageText, anchors: str) -> tanti
                         ("anchors", anchors), ("lang", text.lang),
                         ("canonical", text.canonical)):
         doc.add_text(name, value)
+    if text.names:  # the names it defines weigh as its headings (FORMAT 4)
+        doc.add_text("headings", text.names)
     stem = schema.stem_field(text.lang)
     if stem is not None:
         doc.add_text(stem, f"{text.title}\n{text.headings}\n{text.text}")
@@ -164,9 +172,22 @@ class ShardIndex:
         self.dir = schema.search_dir(shard_dir)
         os.makedirs(self.dir, exist_ok=True)
         self.lock = _Lock(os.path.join(self.dir, schema.LOCK))
+        try:
+            self._open(shard, store, rebuild)
+        except BaseException:  # a damaged file (one line): nothing held, the lock let go
+            for name in ("versions", "spill"):  # (whichever was opened)
+                part: Versions | Spill | None = getattr(self, name, None)
+                if part is not None:
+                    part.close()
+            self.lock.release()
+            raise
+
+    def _open(self, shard: int, store: kvstore.Store, rebuild: bool) -> None:
         self.generation, keys, vers = store.versions()
         state_path = os.path.join(self.dir, schema.STATE)
-        state = read_json(state_path, "search index state") if os.path.exists(state_path) else None
+        # (not read for a rebuild: a damaged one is what --rebuild is for)
+        state = (read_json(state_path, "search index state", schema.REBUILD)
+                 if os.path.exists(state_path) and not rebuild else None)
         self.rebuilt = (rebuild or not isinstance(state, dict)
                         or state.get("format") != schema.FORMAT
                         or state.get("generation") != self.generation
@@ -179,13 +200,14 @@ class ShardIndex:
         self.tmp = os.path.join(self.dir, "tmp")  # the sorter's runs: this run's only
         shutil.rmtree(self.tmp, ignore_errors=True)
         os.makedirs(self.tmp)
-        self.versions = Versions(self.dir)
-        self.spill = Spill(self.dir, shard)
+        self.versions: Versions = Versions(self.dir)
+        self.spill: Spill = Spill(self.dir, shard)
+        versions, spill = self.versions, self.spill
         keys_v = np.ascontiguousarray(keys).view("V16").ravel()
-        changed = self.versions.changed(keys_v, vers) & self.spill.changed(keys_v, vers)
+        changed = versions.changed(keys_v, vers) & spill.changed(keys_v, vers)
         order = np.argsort(vers[changed], kind="stable")  # file order: sequential reads
         self.todo_keys, self.todo_vers = keys_v[changed][order], vers[changed][order]
-        self.gone = self.versions.gone(keys_v)
+        self.gone = versions.gone(keys_v)
         del keys, vers, keys_v, changed, order  # the snapshot: 24 bytes a record
         index = schema.open_index(self.dir, create=True)
         assert index is not None  # (create=True)
@@ -232,10 +254,12 @@ class ShardIndex:
 def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFAULT_MEMORY,
                 rebuild: bool = False, text_limit: int = DEFAULT_TEXT_LIMIT,
                 workers: int = 0, chunk: int = CHUNK,
-                progress: Progress | None = None) -> IndexStats:
+                progress: Progress | None = None,
+                bounds: ReadBounds = DEFAULT_BOUNDS) -> IndexStats:
     """Bring the search index of the crawl in ``data_dir`` up to date (see the module
     docstring); returns what was done. ``workers``: processes reading pages (0: one a
-    CPU this process may run on); ``chunk``: records a worker's task. The workers are
+    CPU this process may run on); ``chunk``: records a worker's task; ``bounds``: what
+    reading a page may cost before it is read from its plain text. The workers are
     started with ``spawn``: a script that calls this with more than one worker needs
     the usual ``if __name__ == "__main__":`` guard (multiprocessing's rule)."""
     started = time.monotonic()
@@ -257,12 +281,14 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
                          f", {len(s.spill):,} read by an earlier run" if len(s.spill) else "",
                          " (rebuilding)" if s.rebuilt else "")
             read_skips = read_phase(live, count, stats, text_limit,
-                                    workers or default_workers(), chunk, progress, total)
+                                    workers or default_workers(), chunk, progress, total,
+                                    bounds=bounds)
             for s in live:  # 2. anchors
                 merge_anchors(s)
                 s.close_anchors()
             for s in live:  # 3. write
-                write_shard(reader, s, stats, batch, max(memory, MIN_MEMORY), text_limit)
+                write_shard(reader, s, stats, batch, max(memory, MIN_MEMORY), text_limit,
+                            bounds=bounds)
                 s.close_anchors()
             stats.documents = sum(s.index.searcher().num_docs for s in live)
         finally:
@@ -277,7 +303,8 @@ def index_crawl(data_dir: str, *, batch: int = DEFAULT_BATCH, memory: int = DEFA
 
 def read_phase(live: list[ShardIndex], count: int, stats: IndexStats, text_limit: int,
                workers: int, chunk: int, progress: Progress | None, total: int, *,
-               owners: frozenset[int] | None = None) -> int:
+               owners: frozenset[int] | None = None,
+               bounds: ReadBounds = DEFAULT_BOUNDS) -> int:
     """Phase 1 (crawler.search.reading) for every shard of ``live``: their documents and
     anchor lines go to their spills; the lines for the shards of ``owners`` (default:
     ``live``'s) that are not ``live`` (on Ray: other nodes' shards) stay in the reading
@@ -286,11 +313,12 @@ def read_phase(live: list[ShardIndex], count: int, stats: IndexStats, text_limit
     by_shard = {s.shard: s for s in live}
     todo = (t for s in live for t in tasks(
         s.shard, s.todo_keys, s.todo_vers, s.spill.dir, count, owners, text_limit, chunk,
-        first=s.spill.take_numbers(-(-len(s.todo_keys) // chunk))))
+        first=s.spill.take_numbers(-(-len(s.todo_keys) // chunk)), bounds=bounds))
     done = skipped = 0
     stores = {s.shard: (s.store.path, s.generation) for s in live}
     for task, part in run_tasks(todo, stores, workers):
         stats.read += part.read
+        stats.plain += part.plain
         skipped += part.skipped
         for dest, path in part.lines.items():
             if dest in by_shard and dest != task.shard:
@@ -365,7 +393,7 @@ def _grouped(lines: Iterator[bytes]) -> Iterator[tuple[bytes, list[str]]]:
 
 
 def write_shard(reader: CrawlReader, s: ShardIndex, stats: IndexStats, batch: int,
-                 memory: int, text_limit: int) -> None:
+                 memory: int, text_limit: int, *, bounds: ReadBounds = DEFAULT_BOUNDS) -> None:
     # tantivy's indexing threads share the heap; two instead of one took 7% off a run
     # of 1,699 real pages here (docs/PERFORMANCE.md)
     threads = max(1, min(default_workers(), memory // WRITER_THREAD_MEMORY,
@@ -404,8 +432,9 @@ def write_shard(reader: CrawlReader, s: ShardIndex, stats: IndexStats, batch: in
     for key in reanchor:  # first: see the module docstring
         ver = _current(s, key)  # before the read: a write between is read next run
         page = reader.load(s.shard, key) if ver >= 0 else None
-        text = None if page is None else indexable(page, text_limit)
+        text = None if page is None else indexable(page, text_limit, bounds)
         stats.reanchored += text is not None
+        stats.plain += text is not None and bool(text.plain)
         put(key, ver if page is not None else GONE, page.url if page is not None else None,
             page.fetched_at if page is not None else 0.0, text)
     for path in documents:

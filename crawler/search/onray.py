@@ -220,8 +220,8 @@ class ShardSearchActor:
         self.searcher = ShardSearcher(index, fields=fields, boosts=boosts, stemmed=stemmed)
 
     def candidates(self, text: str, host: str | None, lang: str | None,
-                   n: int) -> tuple[int, list[Candidate]]:
-        return self.searcher.candidates(text, host, lang, n)
+                   n: int, any_word: bool = False) -> tuple[int, list[Candidate]]:
+        return self.searcher.candidates(text, host, lang, n, any_word)
 
     def snippets(self, text: str, host: str | None, lang: str | None,
                  numbers: list[int]) -> list[tuple[str, list[tuple[int, int]]]]:

@@ -17,7 +17,7 @@ import html
 from urllib.parse import parse_qs
 
 from ..exceptions import CrawlerError
-from .query import DEFAULT_LIMIT, QueryError, Results, Searcher
+from .query import DEFAULT_LIMIT, QueryError, Results, Searcher, summary_line
 
 MAX_PAGE_LIMIT = 100
 _STYLE = """body{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:52em;padding:0 1em}
@@ -50,7 +50,7 @@ def _results(results: Results) -> str:
             f"<div>{_snippet(hit.snippet, hit.highlights)}</div>"
             f'<div class="score">score {hit.score:.3f} (BM25 {hit.bm25:.3f}, {rank}; '
             f"{html.escape(hit.lang) or 'language unknown'})</div></li>")
-    head = (f'<p class="note">{len(results.hits)} of {results.matches:,} matching pages '
+    head = (f'<p class="note">{html.escape(summary_line(results))} '
             f"({results.seconds * 1000:.1f} ms)</p>")
     return head + (f"<ol>{''.join(items)}</ol>" if items else "<p>No page matches.</p>")
 

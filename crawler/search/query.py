@@ -6,9 +6,15 @@ Theory of operation
 The query is parsed by tantivy's query language (words, ``"phrases"``, ``field:word``,
 ``AND``/``OR``/``-word``, ``word^2``), every word looked for in
 crawler.search.schema's fields with their boosts; words are ANDed unless ``OR`` is
-said. Each shard's index gives its best ``candidates`` by BM25 (tantivy's, over the
-fields); each candidate's score is then blended with the page's PageRank from the last
-``rank`` run (crawler.read.rankstore):
+said. When no page has every word, or fewer pages than asked for and the query has at
+most FEW_WORDS words, the query is asked again with its words ORed, and the pages with
+every word come first (``any_word`` in the results).
+A dotted name outside a phrase (``asyncio.Lock.release``, ``std::vector``) is looked
+for as its words, anywhere on the page (Sphinx writes the class and, under it, the
+method), and a page that has it as written scores more (an optional phrase clause,
+boosted by PHRASE_BOOST). Each shard's index gives its best ``candidates`` by BM25
+(tantivy's, over the fields); each candidate's score is then blended with the page's
+PageRank from the last ``rank`` run (crawler.read.rankstore):
 
     score = bm25 * (1 + rank_weight * log2(1 + N * pagerank))
 
@@ -23,15 +29,21 @@ BM25 uses its own word statistics: with hosts spread over shards by hash these a
 closely). Then, best first, a hit whose SimHash is within 3 bits of a better hit's is
 folded into it (``duplicates`` counts them), and the first ``limit`` remain.
 
-A query that tantivy cannot parse, one longer than :data:`MAX_QUERY` characters, or
-one with control characters is a QueryError (one line, no traceback).
+A search box takes any text (DESIGN section 8): a query that tantivy cannot parse
+(``title:(granite``, ``"unclosed``, ``nosuchfield:word``), or that it parses but cannot
+run on this schema (``title:*`` asks for a fast field), is searched as its words
+(:func:`as_words`: each run of letters and digits, as a term). What stays a QueryError
+(one line, no traceback): an empty query, one with no word at all to fall back to
+(``((``), one longer than :data:`MAX_QUERY` characters, one with control characters.
 
 Thread safety: a Searcher is for one thread.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,10 +57,18 @@ from ..read.simhash import near
 from ..state.shards import crawl_count, shard_dir
 from . import schema
 
+log = logging.getLogger(__name__)
+
 MAX_QUERY = 1_000  # characters
 DEFAULT_LIMIT = 10
 DEFAULT_RANK_WEIGHT = 0.1
 MIN_CANDIDATES = 50
+# A query of up to this many words that fewer than --limit pages have every word of is
+# asked again, ORed; a longer one only when no page has them all. A long query that found
+# its page is specific, not a vocabulary mismatch, and its OR is costly: at 1M pages,
+# nine-word titles took p50 24 / p95 54 ms with it, 6 / 18 without; the informational
+# benchmarks' MRR (600 queries on each of 3 manuals) moved by 0.000 with it or not.
+FEW_WORDS = 3
 SNIPPET_CHARS = 240
 
 
@@ -83,13 +103,27 @@ class Hit:
 @dataclass(slots=True)
 class Results:
     query: str
-    matches: int  # pages matching, every shard (near-duplicates included)
+    matches: int  # pages matching (every word), every shard (near-duplicates included)
     hits: list[Hit]
     seconds: float
+    # fewer pages than asked for had every word: the hits are the pages with any of them
+    # (those with every word first), ``any_matches`` of them
+    any_word: bool = False
+    any_matches: int = 0
 
     def as_json(self) -> dict[str, Any]:
-        return {"query": self.query, "matches": self.matches, "seconds": self.seconds,
+        return {"query": self.query, "matches": self.matches, "any_word": self.any_word,
+                "any_matches": self.any_matches, "seconds": self.seconds,
                 "hits": [h.as_json() for h in self.hits]}
+
+
+def summary_line(results: Results) -> str:
+    """What the hits are, in words: "3 of 41 matching pages", or when few pages had every
+    word, how many had every word and how many some."""
+    if results.any_word:
+        return (f"{len(results.hits)} shown: {results.matches:,} pages with every word, "
+                f"{results.any_matches:,} with some")
+    return f"{len(results.hits)} of {results.matches:,} matching pages"
 
 
 def check_query(text: str) -> str:
@@ -103,6 +137,46 @@ def check_query(text: str) -> str:
     if bad is not None:
         raise QueryError(f"search: the query has a control character (U+{ord(bad):04X})")
     return text
+
+
+_WORD = re.compile(r"\w+")
+# A dotted name as code writes it (asyncio.Lock.release, os.path, std::vector, a->b): not
+# inside a phrase, after a field name (``url:docs.python.org``) or after - or + (``-os.path``
+# leaves out the phrase, not each word).
+_CODE_NAME = re.compile(r'(?<![\w:."+-])\w+(?:(?:\.|::|->)\w+)+')
+_PHRASE = re.compile(r'"[^"]*"?')
+PHRASE_BOOST = 2.0  # a dotted name met as written counts twice its words met anywhere
+
+
+def as_words(text: str, *, any_word: bool = False) -> str:
+    """``text`` as tantivy reads plain words: each run of letters and digits quoted (so
+    none is an operator, a field or a range), ANDed as any query's words are (ORed with
+    ``any_word``). QueryError when it has none."""
+    words = _WORD.findall(text)
+    if not words:
+        raise QueryError(f"search: cannot read the query {text[:80]!r}, and it has no "
+                         "word to look for")
+    return (" OR " if any_word else " ").join(f'"{w}"' for w in words)
+
+
+def code_names(text: str) -> list[str]:
+    """The dotted names of ``text`` outside its phrases (``asyncio.Lock.release``)."""
+    return [m.group() for part in _PHRASE.split(text) for m in _CODE_NAME.finditer(part)]
+
+
+def split_code_names(text: str) -> str:
+    """``text`` with each dotted name outside a phrase written as its words, which a page
+    may hold apart: Sphinx writes ``class asyncio.Lock`` and, under it, ``release()``.
+    (tantivy reads ``asyncio.Lock.release`` as the phrase "asyncio lock release".)"""
+    def words(name: re.Match[str]) -> str:
+        return " ".join(_WORD.findall(name.group()))
+
+    out, last = [], 0
+    for m in _PHRASE.finditer(text):
+        out += [_CODE_NAME.sub(words, text[last:m.start()]), m.group()]
+        last = m.end()
+    out.append(_CODE_NAME.sub(words, text[last:]))
+    return "".join(out)
 
 
 def _char_ranges(fragment: str, ranges: list[Any]) -> list[tuple[int, int]]:
@@ -140,20 +214,41 @@ class ShardSearcher:
         self.stemmed = stemmed
         self._docs: list[Any] = []  # the documents of the last answer
         self._searcher: Any = None  # the index snapshot they came from
+        self._query: tantivy.Query | None = None  # the query that answered
 
-    def parse(self, text: str, host: str | None, lang: str | None) -> tantivy.Query:
+    def parse(self, text: str, host: str | None, lang: str | None, *,
+              words: bool = False, any_word: bool = False) -> tantivy.Query:
+        """``text`` as a query of this index (the words of it, :func:`as_words`, when
+        ``words`` is true or tantivy cannot parse it): its words ANDed, or ORed with
+        ``any_word``; a dotted name's words anywhere on the page, and a page that has the
+        name as written (a phrase) scores more."""
         fields, boosts = list(self.fields), dict(self.boosts)
         if self.stemmed:
             stems = ([f] if lang and (f := schema.stem_field(lang.lower())) else
                      [] if lang else [f"stem_{code}" for code in schema.STEMMERS])
             fields += stems
             boosts.update(dict.fromkeys(stems, schema.STEM_BOOST))
+        # (as_words: QueryError when there is no word at all)
+        written = (as_words(text, any_word=any_word) if words else split_code_names(text))
         try:
-            query = self.index.parse_query(text, fields, field_boosts=boosts,
-                                           conjunction_by_default=True)
+            query = self.index.parse_query(written, fields, field_boosts=boosts,
+                                           conjunction_by_default=not any_word)
         except ValueError as exc:
-            message = " ".join(str(exc).split())
-            raise QueryError(f"search: cannot read the query: {message}") from None
+            if words:  # (quoted words always parse: not expected)
+                message = " ".join(str(exc).split())
+                raise QueryError(f"search: cannot read the query: {message}") from None
+            log.debug("search: %r read as words (%s)", text, exc)
+            return self.parse(text, host, lang, words=True, any_word=any_word)
+        phrases = []
+        for name in code_names(text):  # each name as written: a clause that adds to the score
+            try:
+                phrases.append((tantivy.Occur.Should, tantivy.Query.boost_query(
+                    self.index.parse_query(f'"{name}"', fields, field_boosts=boosts),
+                    PHRASE_BOOST)))
+            except ValueError as exc:  # (a phrase of word characters: not expected)
+                log.debug("search: %r: no phrase for %r (%s)", text, name, exc)
+        if phrases:
+            query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), *phrases])
         must = [(tantivy.Occur.Must, query)]
         s = self.index.schema
         if host:
@@ -163,11 +258,18 @@ class ShardSearcher:
         return query if len(must) == 1 else tantivy.Query.boolean_query(must)
 
     def candidates(self, text: str, host: str | None, lang: str | None,
-                   n: int) -> tuple[int, list[Candidate]]:
-        """(pages matching, the best ``n`` of them by BM25)."""
-        query = self.parse(text, host, lang)
+                   n: int, any_word: bool = False) -> tuple[int, list[Candidate]]:
+        """(pages matching, the best ``n`` of them by BM25); ``any_word``: pages with
+        any of the query's words, not only those with all."""
+        query = self.parse(text, host, lang, any_word=any_word)
         self._searcher = self.index.searcher()
-        result = self._searcher.search(query, n, count=True)
+        try:
+            result = self._searcher.search(query, n, count=True)
+        except ValueError as exc:  # parsed, but not runnable here (title:*: a fast field)
+            log.debug("search: %r read as words (%s)", text, exc)
+            query = self.parse(text, host, lang, words=True, any_word=any_word)
+            result = self._searcher.search(query, n, count=True)
+        self._query = query  # what the snippets of this answer highlight
         out: list[Candidate] = []
         self._docs = []
         for bm25, address in result.hits:
@@ -186,8 +288,8 @@ class ShardSearcher:
         """(snippet, highlighted character ranges) of candidates of the last answer."""
         if not numbers:
             return []
-        gen = tantivy.SnippetGenerator.create(self._searcher, self.parse(text, host, lang),
-                                              self.index.schema, "body")
+        query = self._query if self._query is not None else self.parse(text, host, lang)
+        gen = tantivy.SnippetGenerator.create(self._searcher, query, self.index.schema, "body")
         gen.set_max_num_chars(SNIPPET_CHARS)
         out = []
         for number in numbers:
@@ -256,18 +358,21 @@ class Searcher:
         started = time.perf_counter()
         check_query(text)
         candidates = max(limit * 5, MIN_CANDIDATES)
+        matches, found = self._ask(text, host, lang, candidates, any_word=False)
+        every_word: set[bytes] = set()  # the pages with every word, when fewer than limit
+        words = len(_WORD.findall(text))
+        any_word = words > 1 and (matches == 0 or (matches < limit and words <= FEW_WORDS))
+        any_matches = 0
+        if any_word:  # few or none have every word: a ranked OR, those pages first
+            every_word = {c.key for _, c in found}
+            any_matches, found = self._ask(text, host, lang, candidates, any_word=True)
         pool: list[tuple[float, float | None, int, Candidate]] = []
-        matches = 0
-        answers = [(shard, s.ask_candidates(text, host, lang, candidates))
-                   for shard, s in self.shards]  # on Ray: every shard asked at once
-        for shard, answer in answers:
-            count, found = answer()
-            matches += count
-            for c in found:
-                rank = self.ranks.get(c.key) if self.ranks is not None else None
-                pr = rank.raw if rank is not None else None
-                pool.append((c.bm25 * self.prior(pr), pr, shard, c))
-        pool.sort(key=lambda c: (-c[0], c[3].url))  # ties by URL: the same order on any build
+        for shard, c in found:
+            rank = self.ranks.get(c.key) if self.ranks is not None else None
+            pr = rank.raw if rank is not None else None
+            pool.append((c.bm25 * self.prior(pr), pr, shard, c))
+        # ties by URL: the same order on any build
+        pool.sort(key=lambda c: (c[3].key not in every_word, -c[0], c[3].url))
         hits: list[Hit] = []
         numbers: dict[int, list[int]] = {}
         for score, pr, shard, c in pool:
@@ -288,7 +393,20 @@ class Searcher:
             mine = [h for h in hits if h.shard == shard]
             for hit, (snippet, ranges) in zip(mine, answer(), strict=True):
                 hit.snippet, hit.highlights = snippet, ranges
-        return Results(text, matches, hits, time.perf_counter() - started)
+        return Results(text, matches, hits, time.perf_counter() - started, any_word=any_word,
+                       any_matches=any_matches)
+
+    def _ask(self, text: str, host: str | None, lang: str | None, n: int, *,
+             any_word: bool) -> tuple[int, list[tuple[int, Candidate]]]:
+        """(pages matching on every shard, each shard's best ``n``: (shard, candidate))."""
+        answers = [(shard, s.ask_candidates(text, host, lang, n, any_word))
+                   for shard, s in self.shards]  # on Ray: every shard asked at once
+        matches, found = 0, []
+        for shard, answer in answers:
+            count, got = answer()
+            matches += count
+            found += [(shard, c) for c in got]
+        return matches, found
 
 
 class _Local:
@@ -300,8 +418,8 @@ class _Local:
         self.searcher = searcher
 
     def ask_candidates(self, text: str, host: str | None, lang: str | None,
-                       n: int) -> Callable[[], tuple[int, list[Candidate]]]:
-        answer = self.searcher.candidates(text, host, lang, n)
+                       n: int, any_word: bool) -> Callable[[], tuple[int, list[Candidate]]]:
+        answer = self.searcher.candidates(text, host, lang, n, any_word)
         return lambda: answer
 
     def ask_snippets(self, text: str, host: str | None, lang: str | None, numbers: list[int],
@@ -311,4 +429,5 @@ class _Local:
 
 
 __all__ = ["DEFAULT_LIMIT", "DEFAULT_RANK_WEIGHT", "Candidate", "Hit", "QueryError",
-           "Results", "Searcher", "ShardSearcher", "check_query"]
+           "Results", "Searcher", "ShardSearcher", "as_words", "check_query", "code_names",
+           "split_code_names", "summary_line"]

@@ -6,8 +6,8 @@ links) is CPU work that holds the GIL in part, so a run spreads it over processe
 records to read, in file order, are cut into tasks of :data:`CHUNK`; each worker reads
 them at the versions MainDB's snapshot gave (VersionPages: no key index in a worker)
 and, for each task, writes two kinds of files into the shard's
-spill (crawler.search.spill): the *documents* (one pickled tuple per record, what phase
-3 adds to the index; a record that is not an indexable page is there too, so its
+spill (crawler.search.spill): the *documents* (one record each, our own format, what
+phase 3 adds to the index; a record that is not an indexable page is there too, so its
 version is journaled) and, per shard owning the targets, the *anchor lines* of its links
 (``target key hex, TAB, text``). Tasks are made as they are handed out and at most
 :data:`IN_FLIGHT` a worker wait, so the caller's memory does not grow with the crawl;
@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
-import pickle
+import signal
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -34,12 +34,13 @@ import numpy as np
 import kvstore
 
 from ..exceptions import DataDirError, URLError
+from ..read.htmlbounds import DEFAULT_BOUNDS, ReadBounds
 from ..read.listing import load_record
 from ..read.pagetext import PageText, page_text
 from ..state.pages import NOFOLLOW, PageRecord, decode_page
 from ..state.shards import owner
 from ..web.urls import host_of, normalize, url_key
-from .spill import documents_name, lines_name, write_file
+from .spill import documents_name, encode_document, lines_name, write_documents, write_file
 
 CHUNK = 1_000  # records a task
 IN_FLIGHT = 4  # tasks handed to a worker process ahead of the one it reads
@@ -53,6 +54,7 @@ class Part:
     lines: dict[int, str] = field(default_factory=dict)  # owning shard -> its lines file
     read: int = 0
     skipped: int = 0  # damaged records
+    plain: int = 0  # pages read from their plain text (crawler.read.htmlbounds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,15 +67,18 @@ class Task:
     count: int  # shards of the crawl
     live: frozenset[int]  # shards being indexed (the others' links are not routed)
     text_limit: int
+    bounds: ReadBounds = DEFAULT_BOUNDS
 
 
-def indexable(page: PageRecord, text_limit: int) -> PageText | None:
+def indexable(page: PageRecord, text_limit: int,
+              bounds: ReadBounds = DEFAULT_BOUNDS) -> PageText | None:
     """What the index reads from ``page``; None when it is not indexed: an error, a
     redirect, ``noindex``, no text body. (A revisit's record carries the earlier fetch's
-    body: it is indexed.)"""
+    body: it is indexed.) Read within ``bounds``: past them from its plain text
+    (``PageText.plain``)."""
     if page.status != 200 or page.noindex or not page.body:
         return None
-    text = page_text(page, text_limit=text_limit)
+    text = page_text(page, text_limit=text_limit, bounds=bounds)
     if text is None or not (text.text or text.title):
         return None
     return text
@@ -148,17 +153,17 @@ def read_task(task: Task, pages: VersionPages) -> Part:
         key = task.keys[i * 16:(i + 1) * 16]
         page = pages.load(task.shard, key, ver)
         part.read += 1
-        text = None if page is None else indexable(page, task.text_limit)
+        text = None if page is None else indexable(page, task.text_limit, task.bounds)
         # a document: (key, version, URL, fetch time, what the page says); URL and text
         # are None for a record that is not an indexable page (its version is journaled)
         if page is None or text is None:
-            docs.append(pickle.dumps((key, ver, None, 0.0, None), pickle.HIGHEST_PROTOCOL))
+            docs.append(encode_document(key, ver, None, 0.0, None))
             continue
-        docs.append(pickle.dumps((key, ver, page.url, page.fetched_at, text),
-                                 pickle.HIGHEST_PROTOCOL))
+        docs.append(encode_document(key, ver, page.url, page.fetched_at, text))
+        part.plain += bool(text.plain)
         for dest, line in anchor_lines(page, text, task.count, task.live):
             lines.setdefault(dest, []).append(line)
-    write_file(part.documents, docs)
+    write_documents(part.documents, docs)
     for dest, chunk in lines.items():
         part.lines[dest] = os.path.join(task.spill, lines_name(dest, task.shard, task.number))
         write_file(part.lines[dest], chunk)
@@ -171,7 +176,39 @@ _worker_pages: VersionPages | None = None
 
 def _worker_init(stores: dict[int, tuple[str, int]]) -> None:
     global _worker_pages
+    # Ctrl-C reaches the whole process group: the caller stops the workers (_stop_now),
+    # rather than each printing its own KeyboardInterrupt. Blocked since its start
+    # (_submit): ignored from here on, one that came meanwhile dropped.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _worker_pages = VersionPages(stores)
+
+
+def _submit(pool: ProcessPoolExecutor, task: Task) -> Future[Part]:
+    """``pool.submit`` with SIGINT blocked meanwhile: a worker it starts inherits the
+    mask, so a Ctrl-C while the worker imports is no traceback of its own (a Ctrl-C
+    here waits the few microseconds, then reaches this process as usual)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return pool.submit(_worker_task, task)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _stop_now(pool: ProcessPoolExecutor) -> None:
+    """Stop ``pool``'s workers at once, their tasks cut short: a Ctrl-C or SIGTERM ends
+    the run within a second rather than after the tasks under way (each up to
+    :data:`CHUNK` pages). What they were writing is a ``.tmp`` the next run removes, and
+    their records are read again then, as after a kill -9."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        terminate()
+        return
+    # before 3.14 the executor has no public way: its worker processes, by hand
+    processes = getattr(pool, "_processes", None) or {}
+    for proc in list(processes.values()):
+        proc.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _worker_task(task: Task) -> Part:
@@ -181,12 +218,13 @@ def _worker_task(task: Task) -> Part:
 
 def tasks(shard: int, keys: np.ndarray, versions: np.ndarray, spill: str, count: int,
           live: frozenset[int], text_limit: int, chunk: int = CHUNK,
-          first: int = 0) -> Iterator[Task]:
+          first: int = 0, bounds: ReadBounds = DEFAULT_BOUNDS) -> Iterator[Task]:
     """The tasks reading ``keys`` (V16, in file order), numbered from ``first``; made
     one at a time as they are asked for."""
     for n, i in enumerate(range(0, len(versions), chunk)):
         yield Task(first + n, shard, np.ascontiguousarray(keys[i:i + chunk]).tobytes(),
-                   tuple(versions[i:i + chunk].tolist()), spill, count, live, text_limit)
+                   tuple(versions[i:i + chunk].tolist()), spill, count, live, text_limit,
+                   bounds)
 
 
 def run_tasks(todo: Iterable[Task], stores: dict[int, tuple[str, int]],
@@ -210,13 +248,16 @@ def run_tasks(todo: Iterable[Task], stores: dict[int, tuple[str, int]],
         waiting: deque[tuple[Task, Future[Part]]] = deque()
         try:
             for task in itertools.chain(head, todo):
-                waiting.append((task, pool.submit(_worker_task, task)))
+                waiting.append((task, _submit(pool, task)))
                 if len(waiting) >= workers * IN_FLIGHT:
                     done, future = waiting.popleft()
                     yield done, future.result()
             while waiting:
                 done, future = waiting.popleft()
                 yield done, future.result()
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into it by the CLI
+            _stop_now(pool)
+            raise
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise

@@ -22,7 +22,7 @@ import tantivy
 
 from ..exceptions import DataDirError
 
-FORMAT = 3  # of the index directory: a different one is rebuilt, never read
+FORMAT = 4  # of the index directory: a different one is rebuilt, never read
 SEARCH_DIR = "search"
 TANTIVY_DIR = "tantivy"
 ANCHORS_DIR = "anchors"
@@ -98,6 +98,10 @@ def index_exists(directory: str) -> bool:
     return os.path.isdir(path) and bool(tantivy.Index.exists(path))
 
 
+# what a damaged file of a search directory needs (--rebuild starts from nothing)
+REBUILD = "rebuild the search index: python -m crawler index DIR --rebuild"
+
+
 def open_index(directory: str, *, create: bool) -> tantivy.Index | None:
     """The tantivy index of a shard's search directory; None if there is none and
     ``create`` is false."""
@@ -107,14 +111,14 @@ def open_index(directory: str, *, create: bool) -> tantivy.Index | None:
             return register(tantivy.Index.open(path))
         except (ValueError, OSError) as exc:  # a file of it cut, removed, not tantivy's
             message = " ".join(str(exc).split())[:300]
-            raise DataDirError(f"{path}: the search index is damaged ({message}); rebuild "
-                               "it: python -m crawler index DIR --rebuild") from None
+            raise DataDirError(f"{path}: the search index is damaged ({message}); "
+                               f"{REBUILD}") from None
     if not create:
         return None
     os.makedirs(path, exist_ok=True)
     return register(tantivy.Index(build_schema(), path=path))
 
 
-__all__ = ["ANCHORS_DIR", "BOOSTS", "FORMAT", "LOCK", "QUERY_FIELDS", "SEARCH_DIR", "STATE",
-           "STEMMERS", "STEM_BOOST", "build_schema", "index_exists", "open_index", "register",
-           "search_dir", "stem_field"]
+__all__ = ["ANCHORS_DIR", "BOOSTS", "FORMAT", "LOCK", "QUERY_FIELDS", "REBUILD", "SEARCH_DIR",
+           "STATE", "STEMMERS", "STEM_BOOST", "build_schema", "index_exists", "open_index",
+           "register", "search_dir", "stem_field"]

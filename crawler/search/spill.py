@@ -5,8 +5,16 @@ takes hours; a kill in it no longer loses what was read.
 In the shard's search directory, ``spill/`` holds:
 
 - ``documents-S-NNNNNNNNNN.gz``: one finished reading task's documents (crawler.search.
-  reading: a pickled tuple a record, gzip level 1: 3.7x smaller at 20M pages),
-  numbered in the order they were read, across runs;
+  reading), gzip level 1, numbered in the order they were read, across runs. Our own
+  records, never pickles: a crawl directory is data, and a file someone put there must
+  not run code when ``index`` reads it (issue 42). Inside the gzip: :data:`DOCS_MAGIC`,
+  then one record a document: a fixed head (:data:`_DOC_HEAD`: the record's key, its
+  version, the fetch time, the SimHash, whether it is an indexed page, and the byte
+  lengths of seven strings) and the seven strings, UTF-8: URL, title, description,
+  headings, main text, language, canonical URL. A record that is not an indexable page
+  has kind 0 and no strings (its version is journaled all the same). A file that does
+  not start with the magic, or whose records do not add up, is refused with one line
+  (:func:`read_documents`): nothing in it is interpreted beyond lengths and text;
 - ``lines-D-S-NNNNNNNNNN.gz``: the anchor lines of that task's links whose targets shard
   D owns (moved into D's spill when D is another shard of the run), gzip level 1 too
   (1.9x smaller: their random hex keys do not compress; most of the spill);
@@ -31,17 +39,20 @@ from __future__ import annotations
 
 import errno
 import gzip
-import io
 import os
-import pickle
 import re
 import shutil
+import struct
+import zlib
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 
+from ..exceptions import DataDirError
+from ..read.pagetext import PageText
 from ..state.jsonfile import fsync_path
+from .schema import REBUILD
 from .versions import Versions, key_order
 
 SPILL_DIR = "spill"
@@ -50,6 +61,36 @@ REANCHOR = "reanchor.bin"
 TMP_SUFFIX = ".tmp"
 _DOCUMENTS = re.compile(r"documents-(\d+)-(\d{10})\.gz")
 _LINES = re.compile(r"lines-(\d+)-(\d+)-(\d{10})\.gz")
+DOCS_MAGIC = b"kvcrawl spill documents 2\n"  # a documents file's first bytes (gunzipped)
+# key, version, fetch time, SimHash, kind (0: no document, 1: a page), 8 string lengths
+_DOC_HEAD = struct.Struct("<16sqdQB8I")
+_NO_STRINGS = (0,) * 8
+# an anchor line: a target's key in hex, a tab, the link's text (crawler.search.reading)
+_LINES_FILE = re.compile(rb"(?:[0-9a-f]{32}\t[^\n]*\n)*")
+
+
+class Document(NamedTuple):
+    """One spilled record: what phase 3 of an index run writes (crawler.search.indexer).
+    ``url`` and ``text`` are None for a record that is not an indexable page. The text's
+    links and base are not kept: phase 1 wrote them out as anchor lines."""
+
+    key: bytes
+    version: int
+    url: str | None
+    fetched: float
+    text: PageText | None
+
+
+def encode_document(key: bytes, version: int, url: str | None, fetched: float,
+                    text: PageText | None) -> bytes:
+    """One documents-file record (see the module docstring)."""
+    if url is None or text is None:
+        return _DOC_HEAD.pack(key, version, 0.0, 0, 0, *_NO_STRINGS)
+    strings = [s.encode("utf-8", "surrogatepass") for s in (
+        url, text.title, text.description, text.headings, text.names, text.text, text.lang,
+        text.canonical)]
+    return (_DOC_HEAD.pack(key, version, fetched, text.simhash, 1, *map(len, strings))
+            + b"".join(strings))
 
 
 def documents_name(shard: int, number: int) -> str:
@@ -60,8 +101,13 @@ def lines_name(dest: int, shard: int, number: int) -> str:
     return f"lines-{dest}-{shard}-{number:010d}.gz"
 
 
+def write_documents(path: str, records: list[bytes]) -> None:
+    """A task's documents (:func:`encode_document`'s records), as write_file writes."""
+    write_file(path, [DOCS_MAGIC, *records])
+
+
 def write_file(path: str, chunks: list[bytes]) -> None:
-    """A task's documents (pickles) or lines, gzipped in one call (a write a line or a
+    """A task's documents or lines, gzipped in one call (a write a line or a
     document cost ~10% of a run in gzip's Python layer), durable and whole when this
     returns: written beside, then renamed, so a full disk or a crash never leaves half a
     file under the name."""
@@ -77,20 +123,66 @@ def _write_whole(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _damaged(path: str, what: str) -> DataDirError:
+    return DataDirError(f"{path}: {what}; {REBUILD}")  # (--rebuild empties the spill)
+
+
 def _read(path: str) -> bytes:
-    """A spilled file's bytes; a cut or damaged one raises (EOFError, BadGzipFile)."""
+    """A spilled file's bytes; a cut or damaged one is a DataDirError naming it."""
     with open(path, "rb") as f:
-        return gzip.decompress(f.read())
+        raw = f.read()
+    try:
+        return gzip.decompress(raw)
+    except (EOFError, OSError, zlib.error) as exc:  # cut; not gzip (BadGzipFile), CRC
+        raise _damaged(path, f"not a whole gzip file ({exc})") from None
 
 
 def read_lines(path: str) -> list[bytes]:
-    return _read(path).splitlines(keepends=True)
+    """A lines file's anchor lines; one that is not all such lines (UTF-8) is refused
+    whole, before any of it is merged."""
+    data = _read(path)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _damaged(path, f"not an anchor lines file (not UTF-8 at byte {exc.start})"
+                       ) from None
+    if _LINES_FILE.fullmatch(data) is None:
+        raise _damaged(path, "not an anchor lines file (a line is not KEY<tab>TEXT)")
+    return data.splitlines(keepends=True)
 
 
-def read_documents(path: str) -> Iterator[Any]:
-    data = io.BytesIO(_read(path))
-    while data.tell() < len(data.getbuffer()):
-        yield pickle.load(data)  # noqa: S301 (our own files: write_file)
+def read_documents(path: str) -> Iterator[Document]:
+    """The documents of a file :func:`write_documents` wrote, in order. A file that is
+    not one (no magic: another program's, an older crawler's pickles) or is damaged is a
+    DataDirError naming it, raised before the first document for a foreign file; nothing
+    in a file is ever run or unpickled."""
+    data = _read(path)
+    if not data.startswith(DOCS_MAGIC):
+        raise _damaged(path, "not a documents file of this crawler's index spill (it is "
+                       "not read: only our own records are)")
+    pos, end = len(DOCS_MAGIC), len(data)
+    while pos < end:
+        if pos + _DOC_HEAD.size > end:
+            raise _damaged(path, f"a documents file cut at byte {pos}")
+        key, version, fetched, simhash, kind, *lengths = _DOC_HEAD.unpack_from(data, pos)
+        pos += _DOC_HEAD.size
+        if kind == 0 and not any(lengths):
+            yield Document(key, version, None, 0.0, None)
+            continue
+        if kind != 1 or pos + sum(lengths) > end:
+            raise _damaged(path, f"a damaged documents file (record at byte "
+                           f"{pos - _DOC_HEAD.size})")
+        strings = []
+        try:
+            for n in lengths:
+                strings.append(data[pos:pos + n].decode("utf-8", "surrogatepass"))
+                pos += n
+        except UnicodeDecodeError:
+            raise _damaged(path, f"a damaged documents file (text at byte {pos})") from None
+        url, title, description, headings, names, body, lang, canonical = strings
+        yield Document(key, version, url, fetched, PageText(
+            title=title, description=description, headings=headings, names=names, text=body,
+            lang=lang, canonical=canonical, simhash=simhash))
 
 
 class Spill:
@@ -206,5 +298,6 @@ class Spill:
         self.spilled.close()
 
 
-__all__ = ["REANCHOR", "SPILLED_DIR", "SPILL_DIR", "TMP_SUFFIX", "Spill", "documents_name",
-           "lines_name", "read_documents", "read_lines", "write_file"]
+__all__ = ["DOCS_MAGIC", "REANCHOR", "SPILLED_DIR", "SPILL_DIR", "TMP_SUFFIX", "Document",
+           "Spill", "documents_name", "encode_document", "lines_name", "read_documents",
+           "read_lines", "write_documents", "write_file"]

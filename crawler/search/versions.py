@@ -7,7 +7,8 @@ second ``index`` reads only the records written since. Keys whose page is not in
 (an error, a binary body, ``noindex``) are remembered too, so they are not read again.
 
 On disk, in the index directory: ``versions.npy``, the base (a structured array sorted
-by key, memory-mapped when read: the page cache holds it, not the process), and
+by key, memory-mapped when read: the page cache holds it, not the process; one that
+is not such a table, cut or empty is a DataDirError that says to rebuild), and
 ``journal.bin``, fixed 32-byte records (key, version, anchor hash; little-endian)
 appended after each tantivy commit and fsynced. An open folds a journal a stopped run
 left into a new base (``.tmp``, fsync, rename) and empties it; so does the end of a
@@ -26,12 +27,15 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..exceptions import DataDirError
 from ..read.graph import match
+from .schema import REBUILD
 
 BASE = "versions.npy"
 JOURNAL = "journal.bin"
 DTYPE = np.dtype([("key", "V16"), ("ver", "<i8"), ("ahash", "<i8")])
 GONE = -1  # a version no record has: the key was in MainDB and is no longer
+_NPY_MAGIC = b"\x93NUMPY"  # what every .npy file starts with
 
 
 def _halves(table: np.ndarray, *, copy_high: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -94,9 +98,20 @@ class Versions:
         path = os.path.join(self.dir, BASE)
         if not os.path.exists(path):
             return np.zeros(0, dtype=DTYPE)
-        base: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
-        if base.dtype != DTYPE:
-            raise ValueError(f"{path}: not a versions file (dtype {base.dtype})")
+        with open(path, "rb") as f:
+            magic = f.read(len(_NPY_MAGIC))
+        if magic != _NPY_MAGIC:  # (np.load would say "pickled data... load it unsafely")
+            raise DataDirError(f"{path}: not a versions table (not a .npy file: "
+                               f"{'empty' if not magic else 'other bytes'}); {REBUILD}")
+        try:  # never a pickle: allow_pickle=False refuses an object array
+            base: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:  # cut, a bad header, objects
+            message = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise DataDirError(f"{path}: not a versions table ({message}); {REBUILD}"
+                               ) from None
+        if base.dtype != DTYPE or base.ndim != 1:
+            raise DataDirError(f"{path}: not a versions table (dtype {base.dtype}, "
+                               f"{base.ndim} dimension(s)); {REBUILD}")
         return base
 
     def _read_journal(self) -> np.ndarray:

@@ -5,13 +5,18 @@ Speed is never asserted (that is what the tools are for). What is asserted is th
 measure what they say: the quality reference is the marked main content (the plain
 visible text finds all of it), the libraries count the same matching pages, and a
 SIGKILLed index reopens. An extractor or index library that is not installed is skipped
-by name; SQLite FTS5 (the standard library) always runs.
+by name; SQLite FTS5 (the standard library) always runs. The peers of setup.cfg's [bench]
+extra (trafilatura, readability-lxml) are not in [test]: where that extra is not
+installed they skip, allowed in CI (``ci_may_skip``), which runs them in a venv of
+its own with [bench] (.ci/run).
 """
 
 from __future__ import annotations
 
+import configparser
 import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -49,9 +54,26 @@ def _installed(dist: str) -> bool:
     return True
 
 
+def _bench_extra() -> set[str]:
+    """The distributions of setup.cfg's [bench] extra."""
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg", encoding="utf-8")
+    lines = cfg["options.extras_require"]["bench"].splitlines()
+    return {m.group().lower() for line in lines if (m := re.match(r"[\w.-]+", line.strip()))}
+
+
+BENCH = _bench_extra()
+
+
 def _param(name: str, dist: str | None) -> Any:
-    return pytest.param(name, marks=pytest.mark.skipif(
-        dist is not None and not _installed(dist), reason=f"{dist} is not installed"))
+    if dist is None or _installed(dist):
+        return pytest.param(name)
+    if dist.lower() in BENCH:
+        why = (f"{dist} is not installed (the [bench] extra: python -m pip install "
+               "--upgrade pip && pip install -e '.[bench]')")
+        return pytest.param(name, marks=[pytest.mark.skip(reason=why), pytest.mark.ci_may_skip(
+            "a benchmark peer of the [bench] extra: .ci/run runs it where [bench] is installed")])
+    return pytest.param(name, marks=pytest.mark.skip(reason=f"{dist} is not installed"))
 
 
 def _run(args: list[str], tmp_path: Path) -> tuple[str, dict[str, Any]]:
