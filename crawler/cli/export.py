@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import io
 import logging
 import os
 import shlex
+import shutil
 import sys
 from typing import Any
 
@@ -15,6 +17,8 @@ from .. import config as cfgmod
 from ..exceptions import CrawlerError
 from ..read.export import export
 from ..read.listing import DEFAULT_MAX_TEXT_CHARS
+from ..read.markdown import INDEX as MARKDOWN_INDEX
+from ..read.warc import split_name
 from ..state.settings import load_settings, settings_path
 from ._common import count, log_to_stderr, number, size_in, stdout_gone
 from .progress import DEFAULT_INTERVAL, Progress
@@ -112,6 +116,12 @@ def add_parsers(sub: Any) -> None:
     export_p.add_argument(
         "--quiet", action="store_true", help="no progress: only warnings on stderr"
     )
+    export_p.add_argument(
+        "--force", action="store_true",
+        help="replace outputs that exist (without it an export refuses them): files once "
+        "the new ones are whole; a --markdown directory only if it holds a Markdown "
+        "export, removed once the new one is whole",
+    )
 
 
 def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -178,8 +188,100 @@ def _crawl_user_agent(data_dir: str) -> str:
     return str(agent)
 
 
+def existing(option: str, path: str | None, force: bool) -> list[str]:
+    """What of output ``path`` (given as ``option``) exists already: nothing, or with
+    ``force`` the paths it will replace; CrawlerError naming --force without it."""
+    if path is None or path == "-" or not os.path.lexists(path):
+        return []
+    if os.path.isdir(path):  # not replaced even with --force: the write fails, naming it
+        return []
+    if not force:
+        raise CrawlerError(f"{option} {path}: exists: give --force to replace it")
+    return [path]
+
+
+def _split_files(path: str) -> list[str]:
+    """The numbered files of a split WARC named ``path`` that exist (OUT-00000.warc.gz...)."""
+    found: list[str] = []
+    while os.path.lexists(name := split_name(path, len(found))):
+        found.append(name)
+    return found
+
+
+def _markdown_export(path: str) -> bool:
+    """Whether directory ``path`` holds a Markdown export and nothing else (HOST/*.md,
+    and its index)."""
+    for host in os.scandir(path):
+        if host.name == MARKDOWN_INDEX and host.is_file(follow_symlinks=False):
+            continue
+        if not host.is_dir(follow_symlinks=False):
+            return False
+        for entry in os.scandir(host.path):
+            if not (entry.is_file(follow_symlinks=False) and entry.name.endswith(".md")):
+                return False
+    return True
+
+
+def _replaced(args: argparse.Namespace) -> tuple[list[str], str | None]:
+    """One rule for every output: an existing one is refused unless --force (then: the
+    files it will replace, and the --markdown directory set aside until the new one is
+    whole). Checked before anything is read or written."""
+    force = args.force
+    files: list[str] = []
+    for option, path in (("--wacz", args.wacz), ("--jsonl", args.jsonl)):
+        files += existing(option, path, force)
+    if args.warc is not None:
+        found = _split_files(args.warc) if args.max_size is not None else []
+        if args.max_size is None:
+            files += existing("--warc", args.warc, force)
+        elif found and not force:
+            raise CrawlerError(f"--warc {args.warc}: {found[0]} exists (a split export): "
+                               "give --force to replace the files")
+        files += found
+    aside = None
+    if args.markdown is not None and os.path.lexists(args.markdown):
+        if not force:
+            raise CrawlerError(f"--markdown {args.markdown}: exists: give --force to "
+                               "replace it")
+        if os.path.islink(args.markdown) or not os.path.isdir(args.markdown) \
+                or not _markdown_export(args.markdown):
+            raise CrawlerError(f"--markdown {args.markdown}: not a Markdown export, so "
+                               "--force leaves it alone: give a new directory")
+        aside = args.markdown.rstrip(os.sep) + ".replaced"
+        if os.path.lexists(aside):
+            raise CrawlerError(f"--markdown {args.markdown}: {aside} exists (an export "
+                               "stopped by a crash?): remove it first")
+    return files, aside
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     log_to_stderr(logging.WARNING if args.quiet else logging.INFO)
+    replaced, aside = _replaced(args)
+    if aside is not None:  # back in place unless the new one is whole; then removed
+        os.rename(args.markdown, aside)
+    files: list[str] | None = None
+    try:
+        status, files = _export(args)
+    finally:
+        if aside is not None and files is None:
+            os.rename(aside, args.markdown)
+    if files is None:
+        return status
+    written = {os.path.abspath(f) for f in files}
+    for name in replaced:  # a split export's old files past the new last one
+        if os.path.abspath(name) not in written:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(name)
+    if aside is not None:
+        shutil.rmtree(aside)
+    if replaced or aside is not None:
+        log.info("replaced what was there: %s", " ".join(
+            shlex.quote(f) for f in [*replaced, *([args.markdown] if aside else [])]))
+    return status
+
+
+def _export(args: argparse.Namespace) -> tuple[int, list[str] | None]:
+    """The export: its exit status, and the files it wrote (None: it did not finish)."""
     stream: io.TextIOWrapper | None = None
     jsonl: str | io.TextIOWrapper | None = args.jsonl
     if args.jsonl == "-":
@@ -203,12 +305,12 @@ def cmd_export(args: argparse.Namespace) -> int:
                 progress=progress.phase("export"),
             )
     except BrokenPipeError:
-        return stdout_gone()
+        return stdout_gone(), None
     except OSError as exc:
         raise CrawlerError(write_error("cannot write the export", exc)) from exc
     except KeyboardInterrupt:
         print("crawler: export interrupted: the files it wrote were removed", file=sys.stderr)
-        return INTERRUPTED
+        return INTERRUPTED, None
     finally:
         if stream is not None:
             try:
@@ -220,12 +322,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     if stream is not None:  # stdout is the JSONL: the listing goes with the log
         if stats.files:
             log.info("%s", listing)
-        return 0
+        return 0, stats.files
     try:
         print(listing, flush=True)
     except BrokenPipeError:
-        return stdout_gone()
-    return 0
+        return stdout_gone(), stats.files
+    return 0, stats.files
 
 
 COMMANDS = {"export": cmd_export}

@@ -47,10 +47,11 @@ from ..state.pages import KEY_SIZE, LINK_SIZE, PageRecord
 from ..web.urls import url_key
 from ._outfile import Outputs, naming
 from .display import printable_json
+from .htmlbounds import DEFAULT_BOUNDS, ReadBounds
 from .linkgraph import Resolver
 from .listing import DEFAULT_MAX_TEXT_CHARS, CrawlReader
 from .markdown import MarkdownSink
-from .pagejson import link_items, page_object, rank_fields
+from .pagejson import link_items, page_object, rank_fields, read_text_fields
 from .rankstore import Rank, RankStore
 from .wacz import WaczSink
 from .warc import WarcSink, payload_digest, request_headers, response_headers, split_name
@@ -82,6 +83,9 @@ class ExportStats:
     markdown_dir: str | None = None
     markdown_files: int = 0
     skipped: int = 0  # damaged records skipped
+    # pages whose JSONL main_text or Markdown is their plain text, not their main content:
+    # nested too deeply or over the time budget a page (crawler.read.htmlbounds)
+    plain: int = 0
     seconds: float = 0.0
 
     @property
@@ -107,6 +111,9 @@ class ExportStats:
             out += f"; Markdown: {self.markdown_files} files"
         if self.skipped:
             out += f"; {self.skipped} damaged record(s) skipped"
+        if self.plain:
+            out += (f"; {self.plain} page(s) read from their plain text (nested too deeply "
+                    "or over the time budget a page: docs/BOUNDS.md)")
         return out
 
 
@@ -123,8 +130,9 @@ class JsonlSink:
     def __init__(self, target: str | os.PathLike[str] | IO[str], *, text: bool = False,
                  text_limit: int = DEFAULT_MAX_TEXT_CHARS,
                  resolver: Resolver | None = None, ranks: RankStore | None = None,
-                 outputs: Outputs | None = None) -> None:
-        self.text, self.text_limit = text, text_limit
+                 outputs: Outputs | None = None, bounds: ReadBounds = DEFAULT_BOUNDS) -> None:
+        self.text, self.text_limit, self.bounds = text, text_limit, bounds
+        self.plain = 0  # lines whose main_text is the page's plain text (bounds)
         self.resolver = resolver  # outlink keys -> URLs (link_items)
         self.ranks = ranks  # rank_fields; closed with the sink
         self.lines = self.bytes = 0
@@ -148,7 +156,11 @@ class JsonlSink:
     def write(self, page: PageRecord) -> None:
         if self._out is None:
             raise ValueError("the JSONL sink is closed")
-        obj = page_object(page, text=self.text, text_limit=self.text_limit)
+        obj = page_object(page)
+        if self.text:  # (the fields page_object(text=True) adds, in the same place)
+            fields, plain = read_text_fields(page, self.text_limit, self.bounds)
+            obj.update(fields)
+            self.plain += bool(plain)
         obj["elapsed"] = page.elapsed
         obj["links"] = None  # these three made when the batch is resolved (_flush),
         obj.update(rank_fields(None))  # each in its place among the keys
@@ -233,14 +245,17 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
            text: bool = False, text_limit: int = DEFAULT_MAX_TEXT_CHARS,
            user_agent: str = DEFAULT_USER_AGENT, revisits: bool = True,
            skip_failures: bool = False, strict: bool = False,
-           progress: Callable[[int, int], None] | None = None) -> ExportStats:
+           progress: Callable[[int, int], None] | None = None,
+           bounds: ReadBounds = DEFAULT_BOUNDS) -> ExportStats:
     """Export the crawl in ``data_dir`` to ``warc``, ``wacz`` and/or ``jsonl`` in one pass.
 
     ``user_agent`` goes into the rebuilt request records (the crawl does not
     record the one it used). ``max_size`` splits the ``warc`` output (a WACZ
     holds one WARC). ``strict``: a damaged record raises DataDirError
     instead of being skipped with a warning. ``progress(done, total)`` is called
-    after every record read (and once at the end). All or nothing: on any error
+    after every record read (and once at the end). ``bounds``: what reading a page's
+    main content (JSONL ``--text``, Markdown) may cost before its plain text is used
+    instead (counted in ``plain``). All or nothing: on any error
     every file written is removed. Raises DataDirError, ConfigError or OSError
     (an output that cannot be written; ``filename`` names it).
     """
@@ -275,16 +290,19 @@ def export(data_dir: str | os.PathLike[str], *, warc: str | os.PathLike[str] | N
                 ranks = RankStore.open(reader.data_dir)
                 jsink = JsonlSink(jsonl, text=text, text_limit=text_limit, ranks=ranks,
                                   resolver=Resolver(reader, ranks=ranks),
-                                  outputs=outputs)
+                                  outputs=outputs, bounds=bounds)
                 sinks.append(jsink)
             if markdown is not None:
-                msink = MarkdownSink(markdown)
+                msink = MarkdownSink(markdown, bounds=bounds)
                 sinks.append(msink)
+            readers = [s for s in (jsink, msink) if s is not None]
             for page in reader.pages():
                 stats.pages += 1
                 stats.failures += page.status <= 0
+                plain = sum(s.plain for s in readers)
                 for sink in sinks:
                     sink.write(page)
+                stats.plain += sum(s.plain for s in readers) > plain
                 if progress is not None:
                     progress(stats.pages + reader.skipped, total)
             if progress is not None:  # damaged records at the end are read too
