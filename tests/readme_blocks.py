@@ -12,14 +12,21 @@ A block is one of three things:
 
 Commands are kept as printed; the helpers below make the substitutions a test
 needs (the test web's real ports, placeholders) without changing anything else.
+
+Run as a program, it prints the commands of one README section, one a line, as printed
+(``python3 tests/readme_blocks.py '## Run the tests'``): .ci/run runs the README's
+install and test sections that way, so CI runs what a newcomer types.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 PYTHON_LANGS = frozenset({"python", "py", "python3"})
 SHELL_LANGS = frozenset({"", "sh", "bash", "shell", "console"})
@@ -240,3 +247,52 @@ def placeholders(code: str) -> list[str]:
 
 def fill_placeholders(code: str, values: Mapping[str, str]) -> str:
     return PLACEHOLDER.sub(lambda m: values[m.group()], code)
+
+
+def section(text: str, heading: str) -> str:
+    """``text`` with every line outside the section under ``heading`` (a whole heading
+    line, e.g. ``## Run the tests``) blanked, so line numbers stay the README's. The
+    section ends at the next heading of its level or above."""
+    level = len(heading) - len(heading.lstrip("#"))
+    out: list[str] = []
+    inside = found = fence = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        elif not fence and line.startswith("#"):
+            if line.strip() == heading.strip():
+                inside = found = True
+            elif inside and len(line) - len(line.lstrip("#")) <= level:
+                inside = False
+        out.append(line if inside else "")
+    if not found:
+        raise ValueError(f"the README has no heading {heading!r}")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    """``readme_blocks.py HEADING [README]``: the section's commands, one a line."""
+    if not 1 <= len(argv) <= 2:
+        print("usage: python3 tests/readme_blocks.py '## HEADING' [README.md]", file=sys.stderr)
+        return 2
+    readme = Path(argv[1] if len(argv) > 1 else Path(__file__).resolve().parents[1] / "README.md")
+
+    def is_program(word: str) -> bool:
+        return (word in ("python", "python3", "pip", "pip3") or shutil.which(word) is not None
+                or (readme.parent / word).is_file())
+
+    try:
+        found = commands(section(readme.read_text(encoding="utf-8"), argv[0]), is_program)
+    except ValueError as exc:
+        print(f"{readme}: {exc}", file=sys.stderr)
+        return 1
+    if not found or any(c.python for c in found):
+        print(f"{readme}: {argv[0]!r} has no commands, or a Python block", file=sys.stderr)
+        return 1
+    for command in found:
+        print(command.code)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

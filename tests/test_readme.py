@@ -11,7 +11,10 @@ going untested. What is changed before a command runs, and nothing else:
   commands; ``serve`` commands get port 0 for the same reason, and their printed URL is
   probed;
 - the placeholders of PLACEHOLDERS get real values;
-- commands in ALLOWED_SKIPS are not run (each says why).
+- commands in ALLOWED_SKIPS are not run (each says why): the installs and the test
+  command, which .ci/run runs as printed in a fresh venv instead (it reads the README's
+  "Install and first crawl" and "Run the tests" sections with tests/readme_blocks.py;
+  tests/test_packaging.py checks that it does).
 
 Each command is run with ``bash -c`` (so ``> dump.txt`` works as printed) and ``python``
 on PATH being this test's interpreter; PYTHONPATH is the checkout, which stands in for
@@ -61,6 +64,9 @@ ALLOWED_SKIPS: list[tuple[re.Pattern[str], str]] = [
      "CI installs the project itself (.ci/run); the suite cannot reinstall the venv it runs in"),
     (re.compile(r"^([A-Za-z_]\w*=\S*\s+)*python3? -m pytest\b"),
      "the test suite itself: CI runs it; run from inside the suite it would recurse"),
+    (re.compile(r"^tools/install-system-packages$"),
+     "installs system packages with apt-get as root: CI runs it (.ci/run), and a test whose "
+     "package is missing skips naming it"),
 ]
 
 # Modules whose commands run to their end; ``serve`` of any of them is a server instead.
@@ -539,6 +545,18 @@ def test_a_sample_line_promises_its_text_up_to_a_number_or_a_path() -> None:
     assert rb.sample_heads(sample) == [
         'crawl complete: {"complete": true, "fetched":', "demo: wrote the report:",
         "to crawl a real site: python -m crawler start https://example.com/ --data s"]
+
+
+def test_a_section_is_its_lines_to_the_next_heading_of_its_level() -> None:
+    text = ("# Top\n## Install\n```\npip install -e .\n# a comment, not a heading\n```\n"
+            "### Detail\n```\npython -m crawler demo\n```\n## Tests\n```\npython -m pytest\n```\n")
+    install = rb.section(text, "## Install")
+    assert len(install.splitlines()) == len(text.splitlines())  # README line numbers kept
+    found = rb.commands(install, lambda word: word in ("pip", "python"))
+    assert [(c.line, c.code) for c in found] == [(4, "pip install -e ."),
+                                                  (9, "python -m crawler demo")]
+    with pytest.raises(ValueError, match="no heading"):
+        rb.section(text, "## Install and first crawl")
 
 
 def test_the_readme_has_commands_to_run() -> None:

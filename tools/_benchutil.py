@@ -169,8 +169,8 @@ def nginx_binary(tool: str) -> str:
     """The nginx to serve a benchmark's site; exits with how to install it if absent."""
     found = shutil.which("nginx") or "/usr/sbin/nginx"
     if not os.path.exists(found):
-        raise SystemExit(f"{tool}: nginx not found: apt-get update && apt-get install -y "
-                         "nginx-light")
+        raise SystemExit(f"{tool}: nginx not found: tools/install-system-packages installs "
+                         "it (Debian's nginx-light)")
     return found
 
 

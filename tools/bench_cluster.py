@@ -1,8 +1,8 @@
 """One crawl on a real Ray cluster of 1, 2 and 3 nodes (issue 32, "Measure"): pages/s,
 links exchanged, the cluster's CPU by role, and the bytes the nodes send each other.
 
-Usage (from the repository root, as root; needs nginx and nft:
-``apt-get install -y nginx-light nftables``):
+Usage (from the repository root, as root; needs nginx and nft, which
+``tools/install-system-packages`` installs with the tests' other system packages):
 
     python tools/bench_cluster.py                      # 1, 2, 3 nodes; 3 shards; 20k pages
     python tools/bench_cluster.py --nodes 1,3 --shards 6 --pages 50000 --repeat 2
@@ -161,7 +161,8 @@ class CpuPoll:
 
 class ExchangeCounts:
     """Each shard's exchange counters, the largest seen in the driver's status.json
-    (they only grow; the final status.json no longer holds the shards' reports)."""
+    (they only grow within an incarnation; the final status.json holds each shard's
+    final counts, so the last links sent are counted with their receipt)."""
 
     FIELDS = ("sent_urls", "received_urls", "sent_batches", "send_failures")
 
@@ -227,6 +228,7 @@ def crawl(cluster: Cluster, site: ServedSite, args: argparse.Namespace, shards: 
         raise SystemExit(f"bench_cluster: the crawl failed ({proc.returncode}): "
                          f"{err.read_text()[-2000:]}")
     summary = said[1]
+    exchange.update(status_path)  # the final status.json: each shard's last counts
     sent = exchange.total("sent_urls")
     fetched = int(summary["fetched"])
     seconds = float(summary["seconds"])
@@ -319,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     if why is not None:
         raise SystemExit(f"bench_cluster: needs network namespaces: {why}")
     if shutil.which("nft") is None:
-        raise SystemExit("bench_cluster: nft not found: apt-get install -y nftables")
+        raise SystemExit("bench_cluster: nft not found: tools/install-system-packages "
+                         "installs it (Debian's nftables)")
     bu.nginx_binary("bench_cluster")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """Benchmark main-content extraction libraries on real HTML (issue 30's first choice). Not a test.
 
 Usage (from the repository root; the extractors measured are whichever are installed:
-``pip install trafilatura resiliparse readability-lxml``)::
+resiliparse is the crawler's own, trafilatura and readability-lxml come with the bench
+extra, ``python -m pip install --upgrade pip && pip install -e '.[bench]'``)::
 
     python tools/bench_extract.py --fetch-debian-docs --workdir /tmp/extract-docs --repeat 3
     python tools/bench_extract.py --html-dir /usr/share/doc/python3.11/html --repeat 3

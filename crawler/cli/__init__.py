@@ -7,8 +7,9 @@ One module per command group, each with ``add_parsers(sub)``, its
 site of :mod:`.demosite`), :mod:`.crawl` (start, with
 :mod:`.startopts`; and status, from :mod:`.status`), :mod:`.retry` (retry),
 :mod:`.recrawl` (recrawl), :mod:`.pages` (pages, show), :mod:`.export` (export),
-:mod:`.links` (links), :mod:`.rank` (rank), :mod:`.report` (report, serve) and
-:mod:`.sitemaps` (sitemaps). :mod:`.app` puts them together.
+:mod:`.links` (links), :mod:`.rank` (rank), :mod:`.report` (report, serve),
+:mod:`.index` (index), :mod:`.search` (search: what a query needs only, so it starts
+fast) and :mod:`.sitemaps` (sitemaps). :mod:`.app` puts them together.
 
 This package imports nothing itself: ``start`` loads only its own module, so the
 process that supervises a crawl for its whole length never holds numpy or lxml."""

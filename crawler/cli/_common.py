@@ -9,7 +9,7 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn, TextIO
 
 from ..config import MAX_AGE
 from ..exceptions import CrawlerError
@@ -135,9 +135,21 @@ size = size_in(1, 1 << 62)
 
 class Parser(argparse.ArgumentParser):
     """Usage errors as one ``crawler: error:`` line, exit status 2 (argparse prints the
-    whole usage, over many lines for start, then the error)."""
+    whole usage, over many lines for start, then the error). No abbreviations: ``--dat``
+    is an unknown option, not ``--data`` (a subcommand's parser is a Parser too)."""
+
+    # said after an error about an argument that starts with "-" (``search DIR -word``
+    # reads -word as an option): how to give it (after ``--``)
+    dash_hint: str | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
+        if self.dash_hint and ("arguments are required" in message
+                               or "unrecognized arguments: -" in message):
+            message = f"{message}; {self.dash_hint}"
         self.exit(2, f"crawler: error: {printable(message)} (usage: {self.prog} --help)\n")
 
 
@@ -164,10 +176,67 @@ def log_to_stderr(level: int) -> None:
     )
 
 
+def quiet(stream: TextIO) -> None:
+    """Point ``stream`` (stdout, stderr) at /dev/null: its reader went away (``| head``, a
+    ``| tee`` that Ctrl-C stopped), so what is still written to it, and the interpreter's
+    final flush, go nowhere instead of raising BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError, AttributeError):  # no real descriptor (captured in tests)
+        pass
+    finally:
+        os.close(devnull)
+
+
+def flush_or_quiet(stream: TextIO) -> None:
+    """Flush ``stream``; if its reader is gone, :func:`quiet` it (no error: a closed
+    pipe ends a command quietly, docs/CRAWLING.md)."""
+    try:
+        stream.flush()
+    except (OSError, ValueError):
+        quiet(stream)
+
+
+def say(text: str, stream: TextIO | None = None) -> bool:
+    """Print one line on ``stream`` (stdout by default) at once; False, and the stream
+    :func:`quiet` from then on, if it cannot be written (its reader went away). For what
+    must not stop a clean stop: a signal handler's words, a crawl's summary."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        print(text, file=stream, flush=True)
+    except (OSError, ValueError):
+        quiet(stream)
+        return False
+    return True
+
+
 def stdout_gone() -> int:
     """stdout's reader went away (``| head``): not an error. Point stdout at /dev/null
     so the interpreter's final flush does not complain."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    quiet(sys.stdout)
     return 0
+
+
+class _ExitAtOnce:
+    """Whether a command asked ``python -m crawler`` to end without the interpreter's
+    finalization (:func:`exit_at_once`)."""
+
+    asked = False
+
+
+def exit_at_once() -> None:
+    """Ask ``python -m crawler`` to end with ``os._exit`` once the command has returned
+    and its output is flushed. For a command that stops while a daemon thread is still
+    inside C++ code it cannot interrupt (serve's report: matplotlib's charts): the
+    interpreter's shutdown ends such a thread as it takes the GIL back, which aborts the
+    process ("terminate called without an active exception", SIGABRT or SIGSEGV) instead
+    of exiting with the command's status. Only for threads that write nothing."""
+    _ExitAtOnce.asked = True
+
+
+def exit_at_once_asked() -> bool:
+    return _ExitAtOnce.asked

@@ -18,7 +18,7 @@ from types import FrameType, ModuleType
 
 from ..exceptions import CrawlerError, UsageError
 from ..read.display import printable
-from ._common import DefaultsFormatter, Parser
+from ._common import DefaultsFormatter, Parser, flush_or_quiet
 
 # Each command's module, in the order ``--help`` lists them. A module adds its own
 # commands (``add_parsers``) and names them in its ``COMMANDS`` table; a test holds
@@ -33,7 +33,7 @@ MODULE_OF = {
     "links": "links",
     "rank": "rank",
     "report": "report",
-    "index": "search",
+    "index": "index",
     "search": "search",
     "serve": "report",
     "retry": "retry",
@@ -53,7 +53,7 @@ def command_modules(argv: Sequence[str] | None = None) -> list[ModuleType]:
     return [importlib.import_module(f"{__package__}.{name}") for name in names]
 
 
-def build_parser(modules: Sequence[ModuleType] | None = None) -> argparse.ArgumentParser:
+def build_parser(modules: Sequence[ModuleType] | None = None) -> Parser:
     parser = Parser(prog="python -m crawler", description="A single-PC web crawler on kvstore.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in modules if modules is not None else command_modules():
@@ -61,6 +61,15 @@ def build_parser(modules: Sequence[ModuleType] | None = None) -> argparse.Argume
     for command in sub.choices.values():  # every command's --help shows its defaults
         command.formatter_class = DefaultsFormatter
     return parser
+
+
+def _dash_hint(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """The hint of ``argv``'s command for an argument that starts with "-" (an argument
+    the command leaves over is an error of the top parser)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and argv:
+            return getattr(action.choices.get(argv[0]), "dash_hint", None)
+    return None
 
 
 def _store_errors() -> tuple[type[BaseException], ...]:
@@ -108,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     modules = command_modules(argv)
     parser = build_parser(modules)
+    parser.dash_hint = _dash_hint(parser, argv)
     try:
         args = parser.parse_args(argv)
         for module in modules:  # combinations argparse cannot express; parser.error exits 2
@@ -122,11 +132,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = commands[args.command]
     try:
         if args.command in OWN_SIGNALS:
-            return run(args)
-        with sigterm_as_ctrl_c():
             status = run(args)
-        # stopped by SIGTERM (the command said so on stderr, or served to its end)
-        return TERMINATED if _Terminated.came and status in (0, 130) else status
+        else:
+            with sigterm_as_ctrl_c():
+                status = run(args)
+            # stopped by SIGTERM (the command said so on stderr, or served to its end)
+            status = TERMINATED if _Terminated.came and status in (0, 130) else status
+        flush_or_quiet(sys.stdout)  # a reader gone (`| head`) shows here, not at the exit
+        return status
+    except BrokenPipeError:
+        # A reader went away (`status | head -3`): not an error, no message; exit 0.
+        for stream in (sys.stdout, sys.stderr):
+            flush_or_quiet(stream)
+        return 0
     except KeyboardInterrupt:
         if not _Terminated.came:
             raise  # Ctrl-C: __main__ says "interrupted", 130

@@ -22,13 +22,14 @@ from ..config import (
 )
 from ..exceptions import CrawlerError, DataDirError, ShardCountError, URLError, UsageError
 from ..net.auth import load_netrc
-from ..run.hints import explain
+from ..run.hints import explain, nothing_crawled
 from ..state.settings import SETTINGS_NAME, load_settings, save_settings, settings_path
 from ..state.shards import default_count, open_layout, read_count
 from ..state.statusfile import live_pid, record_end
 from ..web.urls import normalize, origin
 from . import raystart, startopts
-from ._common import count
+from ._common import count, say
+from .resumehint import say_still_recorded
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ def add_parsers(sub: Any) -> None:
         description="Crawl from the seeds until nothing is pending (exit 0), a limit is reached, "
         "or Ctrl-C / SIGTERM (a clean stop; a second Ctrl-C stops at once, still safely). "
         "The first start saves its options in DIR/settings.json: to resume, run "
-        "start --data DIR alone; an option given on a resume changes the saved one.",
+        "start --data DIR alone; an option given on a resume changes the saved one. Exit 1 when "
+        "nothing was crawled (every URL refused or failed: the last line says why).",
         epilog="example: python -m crawler start http://h0.test:8080/ --data crawl1 "
         "--nameserver 127.0.0.1:5353 --allow-private-ips --delay 0.1",
     )
@@ -242,8 +244,7 @@ def _start(args: argparse.Namespace, interrupts: Interrupts) -> int:
         **startopts.config_fields(settings),
     )
     if interrupts.signals:  # before anything is written: there is nothing to stop
-        print("crawler: interrupted before the crawl started: nothing written",
-              file=sys.stderr)
+        say("crawler: interrupted before the crawl started: nothing written", sys.stderr)
         return interrupts.code
     try:
         os.makedirs(data_dir, exist_ok=True)
@@ -253,6 +254,7 @@ def _start(args: argparse.Namespace, interrupts: Interrupts) -> int:
         log.info("resuming with the settings saved in %s", settings_path(data_dir))
     for change in changes:
         log.info("setting changed: %s (saved)", change)
+    say_still_recorded(data_dir, changes)
     save_settings(data_dir, startopts.saved_form(settings))  # no proxy credentials
     if new_seeds:
         with open(os.path.join(data_dir, SEEDS_NAME), "a", encoding="utf-8") as f:
@@ -260,9 +262,10 @@ def _start(args: argparse.Namespace, interrupts: Interrupts) -> int:
     shards = open_layout(data_dir, wanted)
     # Every seed is offered again (dedup skips those admitted): a first run killed
     # before its seeds reached PendDB must not leave a crawl with nothing to do.
+    first_run = saved is None
     if shards == 1 and not args.ray:
-        return _start_one(config, all_seeds, interrupts)
-    return _start_shards(config, shards, all_seeds, level, args.ray, interrupts)
+        return _start_one(config, all_seeds, interrupts, first_run)
+    return _start_shards(config, shards, all_seeds, level, args.ray, interrupts, first_run)
 
 
 def _check_threads(threads: int, shards: int, given: bool, settings_file: str) -> None:
@@ -316,7 +319,9 @@ class Interrupts:
                 self._kill()  # as safe as a kill -9 of every shard
             os._exit(128 + signum)
         self.signals.append(signum)
-        print("crawler: stopping (press Ctrl-C again to stop at once)", file=sys.stderr)
+        # Ctrl-C on `start ... | tee log` stops tee too: a write to the pipe it read must
+        # not raise here, in the middle of the crawl, instead of stopping it cleanly.
+        say("crawler: stopping (press Ctrl-C again to stop at once)", sys.stderr)
         if self._stop is not None:
             self._stop()
 
@@ -333,12 +338,13 @@ _END_OF = {words: key for key, words in _ENDS.items()}
 
 def _print_summary(state: str, summary: dict[str, Any], data_dir: str) -> None:
     """The summary line on stdout; on stderr, what each kind of failure means and
-    what addresses it, and how to resume a crawl that did not finish."""
-    print(f"crawl {state}: {json.dumps(summary, sort_keys=True)}")
+    what addresses it, and how to resume a crawl that did not finish. Written after the
+    run's end is recorded, and never raising: a stream whose reader is gone is skipped."""
+    say(f"crawl {state}: {json.dumps(summary, sort_keys=True)}")
     for line in explain(summary["outcomes"], data_dir):
-        print(f"crawler: {line}", file=sys.stderr)
+        say(f"crawler: {line}", sys.stderr)
     if state != "complete":
-        print(f"crawler: to resume: python -m crawler start --data {data_dir}", file=sys.stderr)
+        say(f"crawler: to resume: python -m crawler start --data {data_dir}", sys.stderr)
 
 
 def _stopped_before_start(data_dir: str, interrupts: Interrupts) -> int:
@@ -351,7 +357,23 @@ def _stopped_before_start(data_dir: str, interrupts: Interrupts) -> int:
     return interrupts.code
 
 
-def _start_one(config: CrawlerConfig, seeds: list[str], interrupts: Interrupts) -> int:
+def _nothing_crawled(end: str, summary: dict[str, Any], data_dir: str,
+                     first_run: bool) -> bool:
+    """A run that ended with nothing to do and nothing fetched, every URL it tried
+    refused or failed: say why in one line, with the commands that would crawl them."""
+    line = (nothing_crawled(summary["outcomes"], summary["fetched"], data_dir,
+                            first_run=first_run) if end == "complete" else None)
+    if line is None:
+        return False
+    say(f"crawler: {line}", sys.stderr)
+    return True
+
+
+NOTHING_CRAWLED = 1  # start's exit status when every URL was refused or failed
+
+
+def _start_one(config: CrawlerConfig, seeds: list[str], interrupts: Interrupts,
+               first_run: bool) -> int:
     """One process, no supervisor: the crawl directory is the shard's."""
     if interrupts.signals:
         return _stopped_before_start(config.data_dir, interrupts)
@@ -383,12 +405,12 @@ def _start_one(config: CrawlerConfig, seeds: list[str], interrupts: Interrupts) 
     _print_summary(_ENDS[end], summary, config.data_dir)
     if interrupts.signals:
         return interrupts.code
-    return 0
+    return NOTHING_CRAWLED if _nothing_crawled(end, summary, config.data_dir, first_run) else 0
 
 
 def _start_shards(
     config: CrawlerConfig, count: int, seeds: list[str], level: int, ray: str | None,
-    interrupts: Interrupts,
+    interrupts: Interrupts, first_run: bool,
 ) -> int:
     """``count`` shard processes under this one, the supervisor (docs/SHARDS.md), or
     with ``ray``, ``count`` shard actors on that cluster (docs/RAY.md)."""
@@ -422,7 +444,7 @@ def _start_shards(
     _print_summary(_ENDS[end], summary, config.data_dir)
     if interrupts.signals:
         return interrupts.code
-    return 0
+    return NOTHING_CRAWLED if _nothing_crawled(end, summary, config.data_dir, first_run) else 0
 
 
 COMMANDS = {"start": cmd_start}

@@ -22,8 +22,8 @@ from ..read.serve import DEFAULT_INTERVAL, DEFAULT_PORT, DEFAULT_REFRESH, HostRu
 from ..search.page import search_page
 from ..search.sitecheck import add_site_checks
 from . import progress as progressmod
-from ._common import count, log_to_stderr, number
-from .export import INTERRUPTED, write_error
+from ._common import count, exit_at_once, log_to_stderr, number
+from .export import INTERRUPTED, existing, write_error
 
 
 def _common(p: Any) -> None:
@@ -50,6 +50,8 @@ def add_parsers(sub: Any) -> None:
     )
     _common(report)
     report.add_argument("--out", metavar="FILE", help="output file (default: stdout)")
+    report.add_argument("--force", action="store_true",
+                        help="replace --out if it exists (without it the report refuses it)")
     report.add_argument("--format", choices=("html", "json"), default="html",
                         help="one HTML file with inline charts, or the numbers as JSON")
     report.add_argument("--progress-interval", type=number(0, MAX_SECONDS),
@@ -108,6 +110,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.format == "html" and not charts.available():
         raise CrawlerError("the HTML report's charts need matplotlib: pip install "
                            "'kvcrawl[report]' (or use --format json)")
+    existing("--out", args.out, args.force)  # before the long part
     out = None
     outputs = Outputs()
     try:
@@ -167,7 +170,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        server.stop()
+        if not server.stop():
+            exit_at_once()  # a report still being computed: see exit_at_once
     return 0
 
 

@@ -56,6 +56,9 @@ DEFAULT_REFRESH = 15  # seconds between reloads of the page
 # A connection that sends no (complete) request in this long is closed: each one holds a
 # thread, so a client that connects and says nothing must not hold it forever.
 DEFAULT_REQUEST_TIMEOUT = 30.0
+# Seconds stop() waits for a report or a search under way before it leaves them to an
+# exit without the interpreter's shutdown (stop's docstring).
+STOP_WAIT = 2.0
 #: ``/search``'s page: (query string) -> (status, HTML); crawler.search.page supplies it
 #: (the search layer sits above this one, so the command line hands it in).
 SearchPage = Callable[[str], tuple[int, str]]
@@ -199,6 +202,8 @@ class ReportServer:
         self._error: str | None = None
         self._stamp: tuple[int, float] | None = None
         self._stop = threading.Event()
+        self._answering = 0  # requests inside page(): a search may be in native code
+        self._answered = threading.Condition()
         self.computations = 0
         server = ThreadingHTTPServer((host, port), _handler(self))
         server.daemon_threads = True
@@ -222,12 +227,25 @@ class ReportServer:
         log.info("serving the report of %s at %s", self.data_dir, self.url)
         return self
 
-    def stop(self) -> None:
+    def stop(self, wait: float | None = None) -> bool:
+        """Stop serving now. A report being computed and requests being answered are
+        waited for ``wait`` seconds at most (default STOP_WAIT: Ctrl-C stops at once);
+        their threads are daemons that write nothing. True if they ended; False if one
+        is still at work, and then the process must end without the interpreter's
+        shutdown (``os._exit``), which can abort a thread inside native code such as the
+        charts' C++ (``crawler.cli._common.exit_at_once``)."""
         self._stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+        wait = STOP_WAIT if wait is None else wait
+        deadline = time.monotonic() + wait
         for t in self._threads:
-            t.join(timeout=60)
+            t.join(timeout=60 if t.name == "serve-http" else wait)
+        with self._answered:  # a request's thread is a daemon too (a search in tantivy)
+            self._answered.wait_for(lambda: self._answering == 0,
+                                    max(0.0, deadline - time.monotonic()))
+            answering = self._answering
+        return answering == 0 and not any(t.is_alive() for t in self._threads)
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         deadline = time.monotonic() + timeout
@@ -276,6 +294,16 @@ class ReportServer:
             self._stop.wait(self.interval)
 
     def page(self, path: str, query: str = "") -> tuple[int, str, bytes]:
+        with self._answered:
+            self._answering += 1
+        try:
+            return self._page(path, query)
+        finally:
+            with self._answered:
+                self._answering -= 1
+                self._answered.notify_all()
+
+    def _page(self, path: str, query: str) -> tuple[int, str, bytes]:
         if path == "/search" and self.search is not None:
             code, text = self.search(query)
             return code, "text/html; charset=utf-8", text.encode("utf-8")

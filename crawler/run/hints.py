@@ -22,8 +22,8 @@ from collections.abc import Mapping
 
 from ..outcomes import BAD_HOST, HINTS, REASONS, Hint
 
-__all__ = ["HINTS", "REASONS", "Hint", "explain", "family", "hint", "resume_flags",
-           "retry_command"]
+__all__ = ["HINTS", "REASONS", "Hint", "explain", "family", "hint", "lifted_by",
+           "nothing_crawled", "resume_flags", "retry_command", "selection"]
 
 _UNKNOWN = Hint("an outcome this version of the crawler does not describe",
                 "see the log and `python -m crawler pages DIR --status 0`", retry=False)
@@ -102,3 +102,42 @@ def resume_flags(outcomes: Mapping[str, int]) -> list[str]:
         if flag and flag not in flags:
             flags.append(flag)
     return flags
+
+
+def selection(names: list[str]) -> str:
+    """``retry``'s options that pick these families (reasons, HTTP classes)."""
+    reasons = [n for n in names if not n[0].isdigit()]
+    statuses = [n for n in names if n[0].isdigit()]
+    return " ".join(([f"--reason {','.join(reasons)}"] if reasons else [])
+                    + ([f"--status {','.join(statuses)}"] if statuses else []))
+
+
+def nothing_crawled(outcomes: Mapping[str, int], fetched: int, data_dir: str, *,
+                    first_run: bool) -> str | None:
+    """The one line for a run that ended with nothing pending and nothing fetched, every
+    URL it tried refused or failed (a private address, a name not in DNS...): why, and
+    the commands that would crawl them; None for any other run (one with nothing to do,
+    or whose URLs robots.txt or a limit kept, included)."""
+    totals = _by_family(outcomes)[0]
+    if fetched or not totals or not all(hint(name).failure for name in totals):
+        return None  # robots.txt said no, a limit: the site's wish or the user's, no failure
+    what = "every seed" if first_run else "every URL this run tried"
+    counts = ", ".join(f"{n} {name}" for name, n in totals.items())
+    line = f"nothing was crawled: {what} was refused or failed ({counts})"
+    fixes = [hint(name).fix for name in totals if hint(name).fix]
+    if fixes:
+        line += f"; {'; '.join(dict.fromkeys(fixes))}"
+    again = [name for name in totals if name != "other" and hint(name).retry]
+    if again:
+        flags = " ".join(resume_flags(outcomes))
+        start = f"python -m crawler start --data {shlex.quote(data_dir)}"
+        line += (f"; then: python -m crawler retry {shlex.quote(data_dir)} {selection(again)}"
+                 f" && {start}{' ' + flags if flags else ''}")
+    return line
+
+
+def lifted_by(flag: str) -> list[str]:
+    """The reasons whose fix is the ``start`` option ``flag`` (``--allow-private-ips``:
+    private_ip; ``--nameserver``: the DNS failures...)."""
+    return [name for name, h in HINTS.items()
+            if not name[0].isdigit() and h.flag.split()[:1] == [flag]]

@@ -23,6 +23,11 @@ from . import status as status_mod
 
 log = logging.getLogger(__name__)
 
+# a shard's link exchange counters (run/shard.py): its final word keeps them, so the
+# final status.json holds every link sent and received, not those of a last report
+EXCHANGE_COUNTS = ("sent_batches", "sent_urls", "received_batches", "received_urls",
+                   "send_failures")
+
 
 @dataclass
 class ShardTally:
@@ -98,7 +103,7 @@ class Overview:
         snap["per_shard"] = [
             # up: it answered the last round (a lost node's shards did not)
             {"shard": s.index, "incarnation": s.incarnation, "up": s.report is not None,
-             **(s.report or {})}
+             **exchange_counts(s.final), **(s.report or {})}
             for s in self.shards
         ]
         return snap
@@ -151,6 +156,11 @@ class Overview:
 
 
 Round = list[tuple[int, int, bool]]  # per shard: (incarnation, activity, idle)
+
+
+def exchange_counts(final: dict[str, Any] | None) -> dict[str, int]:
+    """The exchange counters in a shard's final word (none before it ended)."""
+    return {k: final[k] for k in EXCHANGE_COUNTS if final and k in final}
 
 
 def quiescent(before: Round | None, after: Round) -> bool:

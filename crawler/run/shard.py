@@ -33,6 +33,7 @@ the previous run's shard still held the directory after ``LEFTOVER_WAIT``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -159,18 +160,23 @@ class ShardRunner:
         # activity first: a commit between the two reads then shows as activity
         activity = e.frontier.commits
         snap = e.reporter.snapshot()
-        sent = self.forwarder
-        snap.update(
-            idle=e.idle(),
-            activity=activity,
-            limit=e.limit_reached,
-            sent_batches=0 if sent is None else sent.sent_batches,
-            sent_urls=0 if sent is None else sent.sent_urls,
-            received_batches=self.received_batches,
-            received_urls=self.received_urls,
-            send_failures=0 if sent is None else sent.failures,
-        )
+        snap.update(idle=e.idle(), activity=activity, limit=e.limit_reached,
+                    **self.exchange_counts())
         return snap
+
+    def exchange_counts(self) -> dict[str, int]:
+        """The links this shard handed to others and took from them (in its reports and
+        its final word, so the last of them is not lost with the last report)."""
+        sent = self.forwarder
+        with self._counts_lock:
+            received = {"received_batches": self.received_batches,
+                        "received_urls": self.received_urls}
+        return {
+            "sent_batches": 0 if sent is None else sent.sent_batches,
+            "sent_urls": 0 if sent is None else sent.sent_urls,
+            **received,
+            "send_failures": 0 if sent is None else sent.failures,
+        }
 
     def final(self, complete: bool) -> dict[str, Any]:
         e = self.engine
@@ -181,6 +187,7 @@ class ShardRunner:
             "fetched": counts.fetched,
             "outcomes": counts.outcomes,
             "seconds": round(time.monotonic() - self.started, 1),
+            **self.exchange_counts(),
         }
 
     def finish(self) -> None:
@@ -336,5 +343,6 @@ def _exit(code: int) -> NoReturn:
     """Leave at once: the stores are closed (or were never open), and an interpreter
     shutdown would wait on the daemon threads blocked reading stdin."""
     logging.shutdown()
-    sys.stderr.flush()
+    with contextlib.suppress(OSError, ValueError):  # stderr's reader may be gone (| tee)
+        sys.stderr.flush()
     os._exit(code)

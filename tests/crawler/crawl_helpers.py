@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -23,15 +22,13 @@ from crawler.run.engine import Engine
 from crawler.state.pages import PageRecord, decode_page
 from tools.measure_crawl import crawl_command
 from tools.testweb import SiteConfig, TestWeb
-from tools.testweb.export import ACCESS_FIELDS, BROTLI_MODULE, export, nginx_serving
+from tools.testweb.export import ACCESS_FIELDS, export, nginx_serving
 from tools.testweb.graph import Graph
 from tools.testweb.site import Site
 
 REPO = Path(__file__).resolve().parents[2]
 # Tests of the test web on Debian's nginx with its Brotli filter module.
-needs_nginx_brotli = pytest.mark.skipif(
-    shutil.which("nginx") is None or not os.path.exists(BROTLI_MODULE),
-    reason="needs Debian's nginx and libnginx-mod-http-brotli-filter (.ci/run installs both)")
+needs_nginx_brotli = pytest.mark.system_packages("nginx-light", "libnginx-mod-http-brotli-filter")
 
 
 def free_ports(n: int) -> list[int]:

@@ -94,6 +94,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
     return done, data
 
 
+@pytest.mark.slow
 def test_the_demo_says_what_it_did_and_how_to_crawl_a_real_site(
     demo_run: tuple[subprocess.CompletedProcess[str], Path]
 ) -> None:
@@ -202,7 +203,8 @@ def test_the_demo_crawl_fetches_only_the_demo_hosts_one_request_a_second(
 def test_the_default_start_refuses_the_demo_site(site: DemoSite, tmp_path: Path) -> None:
     """Why the demo allows private addresses: without it, nothing of its site is fetched."""
     data = tmp_path / "c"
-    assert main(["start", site.home, "--data", str(data), "--quiet", "--processes", "1"]) == 0
+    # exit 1: nothing was crawled (docs/CRAWLING.md)
+    assert main(["start", site.home, "--data", str(data), "--quiet", "--processes", "1"]) == 1
     assert outcomes(data) == {site.home: "private_ip"}
     assert site.requests == []
 

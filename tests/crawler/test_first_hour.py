@@ -116,6 +116,7 @@ def test_start_help_shows_the_defaults_and_the_resume() -> None:
 # -- status ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_status_tells_how_each_run_ended_with_totals_over_every_run(
     make_testweb: MakeWeb, tmp_path: Path
 ) -> None:

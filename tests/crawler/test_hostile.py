@@ -180,6 +180,7 @@ RESPONSE_TRIES = {
 }
 
 
+@pytest.mark.slow
 def test_response_faults_end_as_designed_and_nothing_else_is_lost(responses: Crawl) -> None:
     c = responses
     failed = {c.url(h, t): reason for (h, t), reason in RESPONSE_FAILURES.items()}

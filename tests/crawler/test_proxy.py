@@ -10,7 +10,6 @@ carried the crawl. tinyproxy's log shows what CONNECT asked for (the IP, never t
 from __future__ import annotations
 
 import base64
-import shutil
 import socket
 import ssl
 import subprocess
@@ -28,6 +27,7 @@ from crawler.cli import main
 from crawler.exceptions import ConfigError, FetchError
 from crawler.net.fetch import Fetcher
 from crawler.net.proxy import Proxy, parse_option, parse_proxy, proxy_map, redact
+from tools import system_packages
 from tools.testweb import TestWeb, fault
 
 MakeWeb = Callable[..., TestWeb]
@@ -73,8 +73,9 @@ class Proxies:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def tinyproxy(self, *conf: str) -> Running:
-        if shutil.which("tinyproxy") is None:
-            pytest.skip("tinyproxy is not installed (apt-get install tinyproxy; .ci/run does)")
+        why = system_packages.missing("tinyproxy")
+        if why is not None:
+            pytest.skip(why)  # a failure in CI (tests/conftest.py)
         port = _free_port()
         log = self.dir / f"tinyproxy-{port}.log"
         path = self.dir / f"tinyproxy-{port}.conf"
@@ -85,8 +86,9 @@ class Proxies:
         return self._start(["tinyproxy", "-d", "-c", str(path)], Running("http", port, log))
 
     def microsocks(self, *args: str) -> Running:
-        if shutil.which("microsocks") is None:
-            pytest.skip("microsocks is not installed (apt-get install microsocks; .ci/run does)")
+        why = system_packages.missing("microsocks")
+        if why is not None:
+            pytest.skip(why)  # a failure in CI (tests/conftest.py)
         port = _free_port()
         out = self.dir / f"microsocks-{port}.out"
         argv = ["microsocks", "-i", "127.0.0.1", "-p", str(port), "-b", MICROSOCKS_OUT, *args]

@@ -32,7 +32,7 @@ from tools.cluster import Cluster
 from tools.testweb import TestWeb
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")  # CI installs it
-pytestmark = pytest.mark.ci_may_skip(NAMESPACES)
+pytestmark = [pytest.mark.ci_may_skip(NAMESPACES), pytest.mark.system_packages("iproute2")]
 
 MakeWeb = Callable[..., TestWeb]
 SHARDS = 6  # 2 on each of the 3 nodes
@@ -114,6 +114,7 @@ def assert_each_shard_on_its_node_only(cluster: Cluster, rel: str) -> None:
                 assert not os.path.exists(shard_dir(str(Path(n.root, rel)), i, SHARDS)), (i, n)
 
 
+@pytest.mark.slow
 def test_a_crawl_over_three_nodes_matches_the_oracle_with_each_shard_on_its_node(
     make_testweb: MakeWeb, tmp_path: Path, ray_cluster: Cluster,  # noqa: F811
 ) -> None:
@@ -141,6 +142,7 @@ def test_a_crawl_over_three_nodes_matches_the_oracle_with_each_shard_on_its_node
 
 
 
+@pytest.mark.slow
 def test_a_lost_node_waits_and_its_return_resumes_its_shards_with_nothing_lost(
     make_testweb: MakeWeb, tmp_path: Path, ray_cluster: Cluster,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
@@ -203,6 +205,7 @@ def test_a_lost_node_waits_and_its_return_resumes_its_shards_with_nothing_lost(
     print("refetches by shard:", refetches_bounded(web, gone, t_cut, t_dead))
 
 
+@pytest.mark.slow
 def test_a_node_back_before_rays_verdict_resumes_its_shards_with_nothing_lost(
     make_testweb: MakeWeb, tmp_path: Path, ray_cluster: Cluster,  # noqa: F811
 ) -> None:
@@ -239,6 +242,7 @@ def test_a_node_back_before_rays_verdict_resumes_its_shards_with_nothing_lost(
     refetches_bounded(web, gone, t_cut, t_dead)
 
 
+@pytest.mark.slow
 def test_a_node_that_never_comes_back_is_replaced_with_move_shard(
     make_testweb: MakeWeb, tmp_path: Path, ray_cluster: Cluster,  # noqa: F811
 ) -> None:

@@ -5,7 +5,6 @@ replays it)."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 import time
 from pathlib import Path
@@ -198,7 +197,7 @@ def test_ages_and_the_selection_rule() -> None:
     assert not sel.matches(page("http://h0.test/", 0, 0.0))  # no HTTP answer: retry's job
 
 
-@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed")
+@pytest.mark.system_packages("nginx-light")
 def test_a_recrawl_of_a_site_on_nginx_is_all_304s(tmp_path: Path) -> None:
     """nginx answers conditional GETs for static files from their ETag and mtime: the
     test web exported and served by it, crawled, recrawled: nothing downloaded again."""

@@ -86,6 +86,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestWeb
         web.stop()
 
 
+@pytest.mark.system_packages("chromium")
 def test_rendered_crawl_fetches_what_the_oracle_renders(
     rendered: tuple[TestWeb, Path, Engine],
 ) -> None:
@@ -104,6 +105,7 @@ def test_rendered_crawl_fetches_what_the_oracle_renders(
     assert want.subresources == {scripts(web, "app.js"), scripts(web, "data.json")}
 
 
+@pytest.mark.system_packages("chromium")
 def test_render_outcomes_are_recorded_with_the_dom(
     rendered: tuple[TestWeb, Path, Engine],
 ) -> None:
@@ -153,6 +155,7 @@ def test_without_rendering_exactly_the_script_only_pages_are_missing(
     assert all(r.render == "" and r.dom == b"" for r in records(tmp_path / "c").values())
 
 
+@pytest.mark.system_packages("chromium")
 def test_a_browser_killed_mid_crawl_is_restarted_and_loses_nothing(
     make_testweb: MakeWeb, tmp_path: Path
 ) -> None:
@@ -185,6 +188,7 @@ def test_a_browser_killed_mid_crawl_is_restarted_and_loses_nothing(
     assert record(tmp_path / "c", scripts(web, "endless.html")).render == "render_timeout"
 
 
+@pytest.mark.system_packages("chromium")
 def test_a_full_render_pool_holds_only_the_rendered_hosts(
     make_testweb: MakeWeb, tmp_path: Path
 ) -> None:
@@ -219,6 +223,7 @@ def test_a_full_render_pool_holds_only_the_rendered_hosts(
     assert got == set(web.oracle.crawl(seeds, render={"h0.test"}).fetched)
 
 
+@pytest.mark.system_packages("chromium")
 def test_scripts_cannot_reach_private_addresses(make_testweb: MakeWeb, tmp_path: Path) -> None:
     """Without --allow-private-ips a script's request to a loopback or private address is
     refused before any connection; the browser itself reaches nothing on its own."""
@@ -257,6 +262,7 @@ def test_scripts_cannot_reach_private_addresses(make_testweb: MakeWeb, tmp_path:
     assert b"<a " not in out.dom
 
 
+@pytest.mark.system_packages("chromium")
 def test_kill9_while_rendering_then_resume_matches_the_oracle(
     make_testweb: MakeWeb, tmp_path: Path
 ) -> None:
@@ -284,6 +290,8 @@ def test_kill9_while_rendering_then_resume_matches_the_oracle(
     assert not list(data.rglob("browser-profile"))
 
 
+@pytest.mark.slow
+@pytest.mark.system_packages("chromium")
 def test_ctrl_c_while_rendering_stops_without_waiting_for_the_render(
     make_testweb: MakeWeb, tmp_path: Path
 ) -> None:

@@ -35,6 +35,7 @@ from crawler.read.serve import ReportServer
 from crawler.run.engine import Engine
 from crawler.state.pages import PageRecord
 from crawler.web.urls import host_of
+from tools import system_packages
 from tools.testweb import SiteConfig, TestWeb, fault
 from tools.testweb.oracle import REDIRECTS
 from tools.testweb.urls import split
@@ -259,10 +260,9 @@ def test_time_bins_stay_bounded() -> None:
 def chromium(tmp: Path, target: str, *extra: str) -> tuple[str, str]:
     """Headless Chromium on ``target`` (no network: every host resolves to nothing, no
     proxy to reach); returns (stdout, the console messages it logged)."""
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
+    why = system_packages.missing("chromium")  # /usr/bin/chromium, CHROMIUM
+    if why is not None:
+        pytest.skip(why)  # a failure in CI (tests/conftest.py)
     profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",

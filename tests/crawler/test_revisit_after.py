@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from crawl_helpers import (
     META_PATHS,
     Answer,
@@ -78,6 +79,7 @@ def test_the_rule() -> None:
     assert next_interval(60, 480, True) == 240  # one change: twice as often
 
 
+@pytest.mark.slow
 def test_unchanged_pages_come_back_later_and_changed_ones_sooner(
     make_testweb: MakeWeb, tmp_path: Path
 ) -> None:

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 TOOL_TIMEOUT = 180  # seconds; the tiny run takes about 10 here
 
-pytestmark = pytest.mark.skipif(not Path(NGINX).exists(), reason="needs nginx")
+pytestmark = pytest.mark.system_packages("nginx-light")
 
 
 def _free_port() -> int:
@@ -80,6 +80,7 @@ def test_broad_site_serves_its_pages_and_links_and_logs(tmp_path: Path) -> None:
     assert seen == set(range(cfg.hosts)) and len(cfg.urls()) == cfg.pages
 
 
+@pytest.mark.slow
 def test_bench_broad_reports_real_numbers(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     hosts, pages = 200, 3

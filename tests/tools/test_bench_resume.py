@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 TOOL_TIMEOUT = 300  # seconds; the tiny run takes about 20 here
 
-pytestmark = pytest.mark.skipif(not Path(NGINX).exists(), reason="needs nginx")
+pytestmark = pytest.mark.system_packages("nginx-light")
 
 
 def _get(port: int, host: str, path: str) -> tuple[int, str]:
@@ -55,6 +55,7 @@ def test_the_catch_all_web_answers_every_path_with_two_new_links(tmp_path: Path)
         assert status == 200 and "Disallow:\n" in robots and "Disallow: /" not in robots
 
 
+@pytest.mark.slow
 def test_bench_resume_runs_resume_fresh_compact_and_a_kill_on_a_seedscale_crawl(
         tmp_path: Path) -> None:
     port = free_port()

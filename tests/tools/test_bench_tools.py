@@ -10,7 +10,6 @@ creates it on first use; the test never installs anything).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -71,7 +70,7 @@ def test_bench_frontier_keeps_every_admitted_url(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("frontier-*"))  # the data directory was removed
 
 
-@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (CI installs it)")
+@pytest.mark.system_packages("nginx-light")
 def test_bench_crawl_fetches_the_oracle_and_reports(tmp_path: Path) -> None:
     crawlers = "ours,scrapy" if (SCRAPY_VENV / "bin" / "python").exists() else "ours"
     stdout, res = _run(
@@ -155,7 +154,7 @@ def test_peak_rss_of_a_worker_is_its_own_not_its_parents() -> None:
     assert now <= peak < 200 << 20, (peak, now)
 
 
-@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (CI installs it)")
+@pytest.mark.system_packages("nginx-light")
 def test_bench_fetchers_fetches_every_page_and_reports(tmp_path: Path) -> None:
     """Our fetcher only: pycurl and httpx are the bench extra's, not the tests'."""
     stdout, res = _run(["tools/bench_fetchers.py", "--pages", "50", "--fetches", "300",

@@ -15,7 +15,8 @@ from tools.rayenv import token_pids
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")  # CI installs it
 NAMESPACES = "needs network namespaces (root, ip netns, veth, a bridge); this kernel refused"
-pytestmark = pytest.mark.ci_may_skip(NAMESPACES)
+# A kernel (or user) that refuses namespaces may skip in CI; a missing package never does.
+pytestmark = [pytest.mark.ci_may_skip(NAMESPACES), pytest.mark.system_packages("iproute2")]
 
 REACH = """
 import socket, sys
@@ -58,6 +59,8 @@ def test_nodes_have_their_own_disk_and_down_all_removes_what_a_crashed_run_left(
     cluster.down()  # and down is idempotent: nothing left to remove is no error
 
 
+@pytest.mark.slow
+@pytest.mark.system_packages("nftables", "nginx-light")  # its counters; the site's server
 def test_bench_cluster_counts_the_exchange_and_the_bytes_between_nodes(tmp_path: Path) -> None:
     why = refused()
     if why is not None:
@@ -75,8 +78,9 @@ def test_bench_cluster_counts_the_exchange_and_the_bytes_between_nodes(tmp_path:
     assert run["peer_bytes_per_link"] < 1.6 * first["peer_bytes_per_link"], (first, run)
     assert run["nodes"] == 2 and run["complete"] is True
     assert run["fetched"] == run["oracle_pages"]  # the whole site, over both nodes
-    # links went to other shards and each was received once (3 shards, 6 hosts)
-    assert run["links_sent"] > 0 and run["links_received"] == run["links_sent"]
+    # links went to other shards and each was received (3 shards, 6 hosts); at least
+    # once: a batch whose answer was lost is sent again and counted again on arrival
+    assert run["links_sent"] > 0 and run["links_received"] >= run["links_sent"]
     assert run["cpu_by_role"]["shard actors"] > 0 and run["cpu_by_role"]["driver"] > 0
     # the nodes sent each other bytes, and what one sent the other received (the nodes'
     # counters are read one after the other: Ray's heartbeats may fall between)

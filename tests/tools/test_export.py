@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 from pathlib import Path
 
@@ -61,7 +60,7 @@ def test_config_hosts_and_meta(exported: tuple[Path, Site]) -> None:
     assert "0.0.0.0" not in conf and "listen 80" not in conf
 
 
-@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed")
+@pytest.mark.system_packages("nginx-light")
 def test_nginx_serves_the_site_the_oracle_describes(exported: tuple[Path, Site]) -> None:
     root, site = exported
     with nginx_serving(root, site.http_port):

@@ -23,6 +23,7 @@ def test_a_passing_selection_under_a_busy_loop_exits_0() -> None:
 
 
 def test_pytest_s_failure_is_the_exit_status() -> None:
-    done = run("--loops", "1", "--", "-q", "-p", "no:cacheprovider", "tests/no_such_file.py")
-    assert done.returncode == 4  # pytest: usage error (no such file)
+    done = run("--loops", "1", "--", "-q", "-p", "no:cacheprovider", "-n", "0",
+               "tests/no_such_file.py")
+    assert done.returncode == 4  # pytest: usage error (no such file; in one process)
     assert "loaded_tests: pytest exit 4" in done.stderr

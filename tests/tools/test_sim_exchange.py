@@ -43,6 +43,7 @@ def test_synth_web_is_deterministic_and_bounded() -> None:
     assert web.links_of(999) == [u for u in web.links_of(999) if web.page_of(u) < 1000]
 
 
+@pytest.mark.slow
 def test_sim_exchange_fetches_every_page_once(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     env = dict(

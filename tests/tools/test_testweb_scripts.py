@@ -158,6 +158,7 @@ def chromium_dom(url: str) -> str:
     return out.stdout.decode()
 
 
+@pytest.mark.system_packages("chromium")
 class TestChromium:
     @pytest.mark.parametrize("page", RENDERABLE)
     def test_rendered_dom_has_the_script_links(self, web: TestWeb, page: str) -> None:
