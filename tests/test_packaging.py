@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import os
 import re
 import subprocess
 import sys
@@ -113,8 +114,10 @@ def test_ci_lints_with_the_configured_tools_after_the_readmes_commands() -> None
     readme = steps.index('run_readme "## Run the tests"')
     code = [step.split("#")[0] for step in steps[:readme]]
     assert not any("upgrade" in line and "pip" in line for line in code)
-    assert readme < upgrade < install < steps.index("ruff check .") < steps.index("mypy") < (
-        steps.index('fresh_venv "$work/oldest"'))
+    assert readme < upgrade < install < steps.index("ruff check .") < steps.index("mypy")
+    # the oldest releases run on the CI machine, after the fresh machine's legs
+    assert steps.index('fresh_venv "$work/oldest"') < steps.index(
+        "# -- on the fresh machine (--inside) " + "-" * 54)
     mypy = _setup_cfg()["mypy"]
     assert mypy["strict"] == "true" and mypy["packages"] == "kvstore, crawler, tools"
 
@@ -152,3 +155,50 @@ def test_the_bench_extra_is_out_of_the_tests_install() -> None:
     test, bench = _requirements(extras["test"]), _requirements(extras["bench"])
     assert {"trafilatura", "readability-lxml"} <= set(bench)
     assert not set(test) & set(bench)
+
+
+def test_ci_runs_the_readmes_commands_on_a_machine_with_only_the_readmes_prerequisites(
+) -> None:
+    """The README's sections run inside .ci/fresh-machine's debootstrapped Debian (issue
+    49: a machine without the system packages), which holds what the README's
+    prerequisites name and nothing more; the oldest releases run outside it."""
+    ci = (REPO / ".ci" / "run").read_text()
+    outer, _, inside = ci.partition("# -- on the fresh machine (--inside) ")
+    assert ".ci/fresh-machine make \"$work/machine\"" in outer
+    assert re.search(r'fresh-machine run "\$work/machine" .*\\\n\s+bash /root/kvcrawl/.ci/run '
+                     r"--inside", outer), outer
+    assert 'run_readme "## Install and first crawl"' in inside
+    assert 'run_readme "' not in outer
+    readme = (REPO / "README.md").read_text()
+    named = re.search(r"On Debian or Ubuntu that is\s+`apt-get install ([^`]+)`", readme)
+    assert named is not None, "the README names the prerequisites' Debian packages"
+    machine = (REPO / ".ci" / "fresh-machine").read_text()
+    packages = re.search(r"^PACKAGES=(\S+)$", machine, re.M)
+    assert packages is not None
+    assert set(packages.group(1).split(",")) == {"python3", *named.group(1).split()}
+
+
+@pytest.mark.ci_may_skip("mounts a directory: needs root (CI runs as root)")
+def test_removing_the_fresh_machine_unmounts_before_it_deletes(tmp_path: Path) -> None:
+    """``.ci/fresh-machine remove`` deletes the machine's directory only once nothing is
+    mounted under it: its /dev is the host's, bound in, and must survive."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root")
+    host_dev = tmp_path / "host-dev"
+    (host_dev / "shm").mkdir(parents=True)
+    (host_dev / "null").write_text("the host's")
+    root = tmp_path / "machine"
+    (root / "dev").mkdir(parents=True)
+    subprocess.run(["mount", "--rbind", str(host_dev), str(root / "dev")], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(root / "dev" / "shm")], check=True)
+    try:
+        done = subprocess.run([str(REPO / ".ci" / "fresh-machine"), "remove", str(root)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert not root.exists()
+        assert (host_dev / "null").read_text() == "the host's"
+    finally:
+        mounted = Path("/proc/self/mountinfo").read_text()
+        for point in (root / "dev" / "shm", root / "dev"):
+            if f" {point} " in mounted:
+                subprocess.run(["umount", "-l", str(point)], check=False)
