@@ -163,9 +163,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               **_options(args))
     except OSError as exc:
         raise CrawlerError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
-    server.start()
-    print(f"serving the report of {args.data} at {server.url} (Ctrl-C stops)", flush=True)
-    try:
+    try:  # a Ctrl-C or SIGTERM from the start on stops the server
+        server.start()
+        print(f"serving the report of {args.data} at {server.url} (Ctrl-C stops)", flush=True)
         threading.Event().wait()
     except KeyboardInterrupt:
         pass

@@ -222,8 +222,8 @@ class ReportServer:
         for target, name in ((self.httpd.serve_forever, "serve-http"),
                              (self._refresher, "serve-report")):
             t = threading.Thread(target=target, name=name, daemon=True)
+            self._threads.append(t)  # before it starts: a stop() during start() sees it
             t.start()
-            self._threads.append(t)
         log.info("serving the report of %s at %s", self.data_dir, self.url)
         return self
 
@@ -235,12 +235,14 @@ class ReportServer:
         shutdown (``os._exit``), which can abort a thread inside native code such as the
         charts' C++ (``crawler.cli._common.exit_at_once``)."""
         self._stop.set()
-        self.httpd.shutdown()
+        if any(t.name == "serve-http" and t.ident is not None for t in self._threads):
+            self.httpd.shutdown()  # (waits for serve_forever: only once its thread started)
         self.httpd.server_close()
         wait = STOP_WAIT if wait is None else wait
         deadline = time.monotonic() + wait
         for t in self._threads:
-            t.join(timeout=60 if t.name == "serve-http" else wait)
+            if t.ident is not None:
+                t.join(timeout=60 if t.name == "serve-http" else wait)
         with self._answered:  # a request's thread is a daemon too (a search in tantivy)
             self._answered.wait_for(lambda: self._answering == 0,
                                     max(0.0, deadline - time.monotonic()))

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -331,13 +332,61 @@ def test_stop_with_nothing_under_way_says_so(data: Path) -> None:
 # serve as ``python -m crawler`` runs it, with stop() waiting for nothing (so a report
 # under way is left to the exit) and a line the interpreter's shutdown would print.
 SERVE_NOW = """
-import atexit, runpy, sys
+import atexit, faulthandler, runpy, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it hangs, if it does
 import crawler.read.serve
 crawler.read.serve.STOP_WAIT = 0.0
 atexit.register(lambda: print("interpreter shutdown ran", file=sys.stderr, flush=True))
 sys.argv[0] = "crawler"
 runpy.run_module("crawler", run_name="__main__", alter_sys=True)
 """
+
+
+# serve with a SIGTERM that lands inside ReportServer.start (after its threads started,
+# before the command's loop), and a line each time the server is stopped
+SERVE_SIGTERM_IN_START = """
+import os, runpy, signal, sys, time
+import crawler.read.serve as serve
+start, stop = serve.ReportServer.start, serve.ReportServer.stop
+def start_then_sigterm(self):
+    start(self)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)  # its handler raises here
+    return self
+def stop_and_say(self, wait=None):
+    print("server stopped", file=sys.stderr, flush=True)
+    return stop(self, wait)
+serve.ReportServer.start, serve.ReportServer.stop = start_then_sigterm, stop_and_say
+sys.argv[0] = "crawler"
+runpy.run_module("crawler", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_sigterm_as_serve_starts_stops_the_server(data: Path, tmp_path: Path) -> None:
+    """A signal between the server's start and the command's wait (stop 50's CI: the
+    test below hung 60 s when its SIGTERM came just after the first line) stops the
+    server too: its threads are not left to the interpreter's shutdown."""
+    proc = subprocess.Popen([sys.executable, "-c", SERVE_SIGTERM_IN_START, "serve", str(data),
+                             "--port", "0", "--no-rank"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO),
+                                     MPLCONFIGDIR=str(tmp_path)))
+    err = ended(proc)
+    assert proc.returncode == 143, err[-2000:]
+    assert err.count("server stopped") == 1 and "Traceback" not in err, err[-2000:]
+
+
+def ended(proc: subprocess.Popen[str]) -> str:
+    """The stderr of ``proc`` once it has exited. One still running after WAIT seconds is
+    made to print its threads' stacks (SERVE_NOW's SIGUSR1), killed, and failed on."""
+    try:
+        return proc.communicate(timeout=WAIT)[1]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        proc.kill()
+        err = proc.communicate()[1]
+        pytest.fail(f"still running {WAIT:.0f} s after the signal; its threads:\n{err[-6000:]}")
 
 
 @pytest.mark.slow
@@ -361,7 +410,7 @@ def test_sigterm_while_the_first_report_is_computed_exits_143(data: Path,
             assert "serving the report" in proc.stdout.readline()
         finally:
             proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=WAIT)
+            err = ended(proc)
         assert proc.returncode == 143, (attempt, err[-2000:])
         assert "terminate called" not in err and "Traceback" not in err, err[-2000:]
         # A loaded machine may finish the report before the signal lands: then the
