@@ -335,9 +335,12 @@ def git_revision(repo: str | os.PathLike[str]) -> dict[str, Any]:
     Runs are fresh processes that import whatever is on disk, so a long benchmark on a tree
     that others are editing should record this at its start and end."""
 
-    def git(*args: str) -> str:
-        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                              check=False)
+    def git(*args: str) -> str:  # "" where git fails, or is not installed
+        try:
+            proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
+                                  text=True, check=False)
+        except OSError:
+            return ""
         return proc.stdout.rstrip("\n") if proc.returncode == 0 else ""
 
     status = git("status", "--porcelain", "--untracked-files=no", "--", "crawler", "kvstore")

@@ -10,6 +10,8 @@ creates it on first use; the test never installs anything).
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -166,3 +168,21 @@ def test_bench_fetchers_fetches_every_page_and_reports(tmp_path: Path) -> None:
         assert r["errors"] == 0 and r["versions"] == ["HTTP/1.1"]
         assert r["pages_per_s"] > 0 and 0 < r["cpu_ms_per_fetch"] < 1000
     assert "| ours | https1 |" in stdout
+
+
+def test_a_benchmark_records_its_revision_without_git(tmp_path: Path) -> None:
+    """A machine without git (a fresh Debian, a tarball's checkout) still runs the
+    benchmarks: the revision is unknown, not a FileNotFoundError."""
+    code = ("import json, sys; from tools import _benchutil as bu; "
+            "print(json.dumps(bu.git_revision(sys.argv[1])))")
+    found = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True,
+                           text=True, timeout=60, cwd=REPO,
+                           env={"PATH": str(tmp_path), "PYTHONPATH": str(REPO)})  # no git
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout) == {"commit": None, "dirty": [], "diff_sha1": None}
+    with_git = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True,
+                              text=True, timeout=60, cwd=REPO,
+                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert with_git.returncode == 0, with_git.stderr
+    if shutil.which("git") and (REPO / ".git").exists():  # a clone, and git: it is read
+        assert json.loads(with_git.stdout)["commit"]
