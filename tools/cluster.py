@@ -226,7 +226,10 @@ class Cluster:
         holder = self.nodes[k].holder
         if holder is None or not alive(holder):
             raise ClusterError(f"node {k} is down")
-        return ["nsenter", f"--target={holder}", "--mount", "--net", "--", *argv]
+        # --root and --wd: the holder's root and /, which in a chroot (CI's fresh machine)
+        # are not the mount namespace's own: entering the namespace alone leaves the chroot
+        return ["nsenter", f"--target={holder}", "--mount", "--net", "--root", "--wd=/", "--",
+                *argv]
 
     # -- up and down -------------------------------------------------------------------
 
