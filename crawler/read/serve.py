@@ -235,8 +235,10 @@ class ReportServer:
         shutdown (``os._exit``), which can abort a thread inside native code such as the
         charts' C++ (``crawler.cli._common.exit_at_once``)."""
         self._stop.set()
-        if any(t.name == "serve-http" and t.ident is not None for t in self._threads):
-            self.httpd.shutdown()  # (waits for serve_forever: only once its thread started)
+        # shutdown() waits for serve_forever: not if a signal cut start() before its thread
+        # ran (a caller may also run serve_forever itself, without start())
+        if not any(t.name == "serve-http" and t.ident is None for t in self._threads):
+            self.httpd.shutdown()
         self.httpd.server_close()
         wait = STOP_WAIT if wait is None else wait
         deadline = time.monotonic() + wait
