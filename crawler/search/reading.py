@@ -172,23 +172,27 @@ def read_task(task: Task, pages: VersionPages) -> Part:
 
 
 _worker_pages: VersionPages | None = None
+_STOPS = {signal.SIGINT, signal.SIGTERM}  # what stops a run: blocked while a worker starts
 
 
 def _worker_init(stores: dict[int, tuple[str, int]]) -> None:
     global _worker_pages
     # Ctrl-C reaches the whole process group: the caller stops the workers (_stop_now),
     # rather than each printing its own KeyboardInterrupt. Blocked since its start
-    # (_submit): ignored from here on, one that came meanwhile dropped.
+    # (_submit): ignored from here on, one that came meanwhile dropped. SIGTERM, blocked
+    # since its start too, keeps its default action: the caller's terminate() ends it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
     _worker_pages = VersionPages(stores)
 
 
 def _submit(pool: ProcessPoolExecutor, task: Task) -> Future[Part]:
-    """``pool.submit`` with SIGINT blocked meanwhile: a worker it starts inherits the
-    mask, so a Ctrl-C while the worker imports is no traceback of its own (a Ctrl-C
-    here waits the few microseconds, then reaches this process as usual)."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    """``pool.submit`` with SIGINT and SIGTERM blocked meanwhile: a worker it starts
+    inherits the mask, so a Ctrl-C while the worker imports is no traceback of its own;
+    and the KeyboardInterrupt the CLI makes of either cannot cut the start of a worker
+    between its spawn and the data it is sent (it then printed EOFError's traceback). A
+    signal here waits the few microseconds, then reaches this process as usual."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
     try:
         return pool.submit(_worker_task, task)
     finally:
