@@ -197,8 +197,7 @@ def serving(indexed: Path) -> Iterator[int]:
         assert m is not None
         port = int(m.group(1))
         # the first report computed before the test goes on: a SIGTERM while it is being
-        # computed can hang serve's exit (a known defect, under investigation), which this
-        # test is not about
+        # computed is tests/crawler/test_serve.py's case, not this test's
         deadline = time.monotonic() + WAIT
         while get_path(port, "/report.json")[0] != 200 and time.monotonic() < deadline:
             time.sleep(0.1)
