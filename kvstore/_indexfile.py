@@ -12,7 +12,10 @@ proves that it describes the files as they are now:
 * the generation, the KEY file's length and the VAL file's length are those
   of the files on disk;
 * the CRC-32 of the last few KiB of each file matches (a file replaced by
-  another of the same length is caught);
+  another of the same length is caught). In a keyed store (format 3) a VAL tail
+  that differs while everything else matches is rot in place: the index is used,
+  with a warning, since every get checks its record's CRC and key, and a rebuild
+  would cut the rotted record and all after it as if a write had been torn;
 * the CRC-32 over the whole index file (header, segment table, slots) matches.
 
 The KEY and VAL files only ever grow by appends, so equal lengths and equal
@@ -36,10 +39,14 @@ import logging
 import os
 import struct
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
 from ._index import NUM_SEGMENTS, HashIndex, _Segment
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 MAGIC = b"KVSTIDX\n"
 VERSION = 1
@@ -107,6 +114,18 @@ def save(
     os.replace(tmp, final)
 
 
+@dataclass(frozen=True, slots=True)
+class _DataFiles:
+    """What the stamp is checked against: the data files as they are now."""
+
+    key_fd: int
+    key_size: int
+    val_fd: int
+    val_size: int
+    header_size: int
+    keyed: bool  # the VAL records name their keys (format 3)
+
+
 def load(
     directory: str,
     gen: int,
@@ -117,8 +136,34 @@ def load(
     val_fd: int,
     val_size: int,
     header_size: int,
+    keyed: bool = False,
 ) -> HashIndex | None:
-    """The index saved for exactly these files, or None (missing, stale or damaged)."""
+    """The index saved for exactly these files, or None (missing, stale or damaged).
+    ``keyed``: the VAL records name their keys (format 3), see ``_stamp``."""
+    files = _DataFiles(key_fd, key_size, val_fd, val_size, header_size, keyed)
+    return _with_index_file(directory, gen, lambda fd, path: _load(fd, path, gen, width, files))
+
+
+def trusted(
+    directory: str,
+    gen: int,
+    width: int,
+    *,
+    key_fd: int,
+    key_size: int,
+    val_fd: int,
+    val_size: int,
+    header_size: int,
+    keyed: bool = False,
+) -> bool:
+    """Whether ``load`` would use the saved index (so an open cuts and mends nothing),
+    checked without building the table: the file's CRC is read in chunks."""
+    files = _DataFiles(key_fd, key_size, val_fd, val_size, header_size, keyed)
+    found = _with_index_file(directory, gen, lambda fd, path: _check(fd, path, gen, width, files))
+    return bool(found)
+
+
+def _with_index_file(directory: str, gen: int, read: Callable[[int, str], _T]) -> _T | None:
     path = index_path(directory, gen)
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -128,69 +173,98 @@ def load(
         log.info("%s: cannot read the saved index (%s); rebuilding it", path, exc)
         return None
     try:
-        return _load(fd, path, gen, width, key_fd, key_size, val_fd, val_size, header_size)
+        return read(fd, path)
     except OSError as exc:
-        return _stale(path, f"cannot read it: {exc}")
+        _stale(path, f"cannot read it: {exc}")
+    except _Stale as exc:
+        _stale(path, str(exc))
     finally:
         os.close(fd)
+    return None
 
 
-def _load(
-    fd: int,
-    path: str,
-    gen: int,
-    width: int,
-    key_fd: int,
-    key_size: int,
-    val_fd: int,
-    val_size: int,
-    header_size: int,
-) -> HashIndex | None:
+def _stamp(
+    fd: int, path: str, gen: int, width: int, files: _DataFiles
+) -> tuple[bytes, list[tuple[int, int, int]], bool]:
+    """(header, segment shapes, rotted) if the stamp describes ``files``; else _Stale.
+
+    ``rotted``: same lengths and the same KEY tail but not the same VAL tail.
+    Nothing was appended or cut since the clean close (which synced both files
+    before it saved the index): VAL bytes changed in place. That is rot, not a
+    torn write, and a rebuild would cut it as one (with every record after it).
+    In a keyed store each get checks its record's CRC and key, so the index
+    stays the truth; in an older one it is not used."""
     file_size = os.fstat(fd).st_size
     head = os.pread(fd, _HEADER.size + _HEADER_CRC.size, 0)
     if len(head) < _HEADER.size + _HEADER_CRC.size:
-        return _stale(path, "truncated header")
+        raise _Stale("truncated header")
     (magic, version, w, g, ksize, vsize, kcrc, vcrc, nseg) = _HEADER.unpack_from(head)
     (hcrc,) = _HEADER_CRC.unpack_from(head, _HEADER.size)
     if magic != MAGIC or version != VERSION or zlib.crc32(head[: _HEADER.size]) != hcrc:
-        return _stale(path, "not an index file of this version, or a damaged header")
+        raise _Stale("not an index file of this version, or a damaged header")
     if w != width or nseg != NUM_SEGMENTS:
-        return _stale(path, f"slot width {w} / {nseg} segments, expected {width} / {NUM_SEGMENTS}")
-    if (g, ksize, vsize) != (gen, key_size, val_size):
-        return _stale(path, "written for other data files (a crash or a compaction since)")
-    if (kcrc, vcrc) != (
-        _tail_crc(key_fd, key_size, header_size),
-        _tail_crc(val_fd, val_size, header_size),
-    ):
-        return _stale(path, "the data files' tails differ from when it was written")
+        raise _Stale(f"slot width {w} / {nseg} segments, expected {width} / {NUM_SEGMENTS}")
+    if (g, ksize, vsize) != (gen, files.key_size, files.val_size):
+        raise _Stale("written for other data files (a crash or a compaction since)")
+    if kcrc != _tail_crc(files.key_fd, files.key_size, files.header_size):
+        raise _Stale("the data files' tails differ from when it was written")
+    rotted = vcrc != _tail_crc(files.val_fd, files.val_size, files.header_size)
+    if rotted and not files.keyed:
+        raise _Stale("the data files' tails differ from when it was written")
     table = os.pread(fd, nseg * _SEGMENT.size, len(head))
     if len(table) != nseg * _SEGMENT.size:
-        return _stale(path, "truncated segment table")
+        raise _Stale("truncated segment table")
     shapes = [_SEGMENT.unpack_from(table, i * _SEGMENT.size) for i in range(nseg)]
     expect = len(head) + len(table) + sum(c * (16 + width) for c, _, _ in shapes) + _TRAILER.size
     if expect != file_size or any(
         not (live + deleted < cap and cap > 1) for cap, live, deleted in shapes
     ):
-        return _stale(path, "segment table does not match the file's size")
-    crc = zlib.crc32(table, zlib.crc32(head))
+        raise _Stale("segment table does not match the file's size")
+    return head + table, shapes, rotted
+
+
+def _check(fd: int, path: str, gen: int, width: int, files: _DataFiles) -> bool:
+    _stamp(fd, path, gen, width, files)
+    end = os.fstat(fd).st_size - _TRAILER.size
+    crc, pos = 0, 0
+    while pos < end:
+        part = os.pread(fd, min(_READ_CHUNK, end - pos), pos)
+        if not part:
+            raise _Stale("truncated slots")
+        crc = zlib.crc32(part, crc)
+        pos += len(part)
+    trailer = os.pread(fd, _TRAILER.size, end)
+    if len(trailer) != _TRAILER.size or _TRAILER.unpack(trailer)[0] != crc:
+        raise _Stale("checksum mismatch")
+    return True
+
+
+def _load(fd: int, path: str, gen: int, width: int, files: _DataFiles) -> HashIndex:
+    start, shapes, rotted = _stamp(fd, path, gen, width, files)
+    crc = zlib.crc32(start)
     segs = []
-    pos = len(head) + len(table)
+    pos = len(start)
     for cap, live, deleted in shapes:
         seg = _Segment(cap, width)
         for buf in (seg.kmv, seg.vmv):
             view = memoryview(buf)
-            for start in range(0, len(view), _READ_CHUNK):
-                part = view[start : start + _READ_CHUNK]
+            for begin in range(0, len(view), _READ_CHUNK):
+                part = view[begin : begin + _READ_CHUNK]
                 got = os.preadv(fd, [part], pos)
                 if got != len(part):
-                    return _stale(path, "truncated slots")
+                    raise _Stale("truncated slots")
                 crc = zlib.crc32(part, crc)
                 pos += got
         seg.live, seg.deleted = live, deleted
         segs.append(seg)
     trailer = os.pread(fd, _TRAILER.size, pos)
     if len(trailer) != _TRAILER.size or _TRAILER.unpack(trailer)[0] != crc:
-        return _stale(path, "checksum mismatch")
+        raise _Stale("checksum mismatch")
+    if rotted:
+        log.warning("%s: the VAL file's last %d bytes changed in place since the clean "
+                    "close (lengths unchanged): damage, not a torn write; nothing is cut. "
+                    "python -m kvstore verify %s names the record", path, TAIL_BYTES,
+                    os.path.dirname(path))
     index = HashIndex(width)
     index._segs = segs
     return index
@@ -214,7 +288,11 @@ def saved_sizes(directory: str, gen: int) -> tuple[int, int] | None:
     return (int(ksize), int(vsize)) if g == gen else None
 
 
-def _stale(path: str, why: str) -> HashIndex | None:
-    """Log why the saved index is not used; always None (so loaders can return it)."""
+class _Stale(Exception):  # noqa: N818 - never leaves this module
+    """Why the saved index is not used (raised by the readers, logged by the caller)."""
+
+
+def _stale(path: str, why: str) -> None:
+    """Log why the saved index is not used."""
     log.info("%s: saved index not used (%s); rebuilding it from the KEY file", path, why)
     return None

@@ -91,6 +91,7 @@ def _load_saved(files: _datafiles.DataFiles, path: str) -> _Generation | None:
         val_fd=files.val_fd,
         val_size=val_size,
         header_size=fmt.HEADER_SIZE,
+        keyed=files.keyed,
     )
     if index is None:
         return None

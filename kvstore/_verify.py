@@ -29,6 +29,7 @@ import numpy as np
 from . import _datafiles, _indexfile, _mend, _recovery
 from . import _format as fmt
 from ._backend import check_keyed_records
+from ._open import OFFSET_WIDTH
 
 _CHUNK = 1 << 16  # KEY records per step: their keys become Python bytes
 
@@ -93,9 +94,15 @@ def verify(
             values_damaged = walk.values_damaged
         else:
             damages = _plain(files.key_fd, mm, n, val_size, chunk_records)
+    missing = _missing(files, key_size, val_size)
+    if _indexfile.trusted(files.directory, files.gen, OFFSET_WIDTH, key_fd=files.key_fd,
+                          key_size=key_size, val_fd=files.val_fd, val_size=val_size,
+                          header_size=fmt.HEADER_SIZE, keyed=files.keyed):
+        # An open uses the index the clean close saved: it cuts and mends nothing.
+        return VerifyReport(n, key_size, val_size, damages, None, missing, files.version,
+                            values_damaged, None)
     chunk = _datafiles.CHUNK_RECORDS
     scan = _recovery.scan_tail(files, key_size, val_size, tail_check_bytes, chunk)
-    missing = _missing(files, key_size, val_size)
     return VerifyReport(
         n, key_size, val_size, damages, scan.tail, missing, files.version, values_damaged,
         scan.mend.summary() if scan.mend is not None else None,

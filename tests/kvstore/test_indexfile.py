@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from plain_format import write_plain_store
 
 import kvstore
 from kvstore import _indexfile
@@ -152,11 +153,48 @@ def test_an_index_from_another_store_of_the_same_shape_is_refused(tmp_path: Path
         assert k(10_000) in db and k(0) not in db
 
 
-def test_a_value_rewritten_in_place_with_the_same_length_is_caught(tmp_path: Path) -> None:
+def test_a_value_rotted_in_place_near_the_end_is_damage_not_a_torn_tail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A byte of the last put's value flipped after a clean close, then tombstones after
+    it (as a crawl leaves its stores): the files have the lengths and KEY tail that the
+    stamp names, so no write was torn. A writable open keeps everything (a rebuild would
+    cut the record and the deletes after it, which brings deleted keys back); the
+    damaged key's get fails, and verify names it."""
     path = tmp_path / "s"
     with kvstore.open(path) as db:
         for i in range(100):
             db[k(i)] = b"x" * 50
+        for i in range(4):
+            del db[k(i)]
+        _, keys, offsets = db.versions()
+    last = bytes(keys[int(offsets.argmax())])  # the last put: its value is in VAL's tail
+    val = next(path.glob("*.val"))
+    data = bytearray(val.read_bytes())
+    data[int(offsets.max()) + 40] ^= 1
+    val.write_bytes(bytes(data))
+    sizes = {p.name: p.stat().st_size for p in path.iterdir()}
+    with caplog.at_level(logging.WARNING, logger="kvstore._indexfile"):
+        with kvstore.open(path) as db:
+            assert db.index_source == "saved" and db.recovery is None
+            assert all(k(i) not in db for i in range(4))  # the deletes still stand
+            assert len(db) == 96
+            assert {db[k(i)] for i in range(4, 100) if k(i) != last} == {b"x" * 50}
+            with pytest.raises(kvstore.exceptions.CorruptStoreError):
+                db[last]
+            assert [d.key for d in db.verify()] == [last]
+    assert "changed in place" in caplog.text and "verify" in caplog.text
+    assert {p.name: p.stat().st_size for p in path.iterdir()} == sizes  # nothing cut or saved
+
+
+def test_a_format_2_value_rewritten_in_place_is_caught_by_a_rebuild(tmp_path: Path) -> None:
+    """Format 2 VAL records do not name their keys, so a get could not tell another
+    store's record of the same length from its own: any changed tail means a rebuild."""
+    path = tmp_path / "s"
+    write_plain_store(path, [(k(i), b"x" * 50) for i in range(100)])
+    with kvstore.open(path):
+        pass  # a clean close saves the index
+    assert list(path.glob("data-*.idx"))
     val = next(path.glob("*.val"))
     data = bytearray(val.read_bytes())
     data[-10] ^= 1
@@ -213,3 +251,28 @@ def test_a_failed_save_costs_only_a_rebuild(tmp_path: Path) -> None:
     assert idx.is_dir()
     with kvstore.open(path, readonly=True) as db:
         assert_content(db, model)
+
+
+def test_verify_trusts_the_saved_index_exactly_when_open_does(tmp_path: Path) -> None:
+    """Whether a writable open would cut the rotted last record is the open's answer:
+    no with the saved index sound, yes once a byte of its slots has rotted too."""
+    path = tmp_path / "s"
+    with kvstore.open(path) as db:
+        for i in range(100):
+            db[k(i)] = b"x" * 50
+    val = next(path.glob("*.val"))
+    data = bytearray(val.read_bytes())
+    data[-10] ^= 1
+    val.write_bytes(bytes(data))
+    with kvstore.open(path, readonly=True) as db:
+        assert db.index_source == "saved"
+        report = db.verify_report()
+        assert report.torn_tail is None and [d.key for d in report.damages] == [k(99)]
+    idx = idx_file(path)
+    raw = bytearray(idx.read_bytes())
+    raw[len(raw) // 2] ^= 1  # a slot: the file's CRC fails
+    idx.write_bytes(bytes(raw))
+    with kvstore.open(path, readonly=True) as db:
+        assert db.index_source == "rebuilt"
+        report = db.verify_report()
+        assert report.torn_tail is not None and report.torn_tail.key_records == 1

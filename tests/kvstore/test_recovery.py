@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from after_crash import as_after_a_crash
 
 import kvstore
 from kvstore.exceptions import (
@@ -485,6 +486,7 @@ class TestBitFlips:
         src, contents, _ = flip_store
         dest = tmp_path / "store"
         shutil.copytree(src, dest)
+        as_after_a_crash(dest)
         _, val_file = data_pair(dest)
         size = val_file.stat().st_size
         third_last = size - 3 * (VHDR + 1000)
@@ -512,6 +514,7 @@ class TestBitFlips:
         src, contents, _ = flip_store
         dest = tmp_path / "store"
         shutil.copytree(src, dest)
+        as_after_a_crash(dest)
         _, val_file = data_pair(dest)
         size = val_file.stat().st_size
         flip(val_file, size - 500, 0)

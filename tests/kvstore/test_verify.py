@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from after_crash import as_after_a_crash
 
 import kvstore
 from kvstore import _datafiles, _recovery, cli
@@ -106,6 +107,7 @@ class TestReportedCases:
     ) -> None:
         _, val_file = data_pair(copy5000)
         flip(val_file, val_offset(4999) + VHDR + 3)
+        as_after_a_crash(copy5000)
         before = snapshot(copy5000)
         status, out, err = run_verify(copy5000, capsys)
         assert status == 1
@@ -134,6 +136,12 @@ class TestReportedCases:
         build(path, 1)
         _, val_file = data_pair(path)
         flip(val_file, HEADER + VHDR)
+        # Closed cleanly: an open uses the saved index and cuts nothing (rot, not a tear).
+        status, out, err = run_verify(path, capsys)
+        assert status == 1 and len(out) == 1
+        assert out[0].startswith(f"damaged: key {k(0).hex()} offset {HEADER}: CRC mismatch")
+        assert err.endswith(": 1 damaged record of 1 checked\n")
+        as_after_a_crash(path)
         status, out, err = run_verify(path, capsys)
         assert status == 1
         assert out[0].startswith(f"damaged: key {k(0).hex()} offset {HEADER}: CRC mismatch")
@@ -169,6 +177,7 @@ class TestDamageAnywhere:
         # one, so it is damage in the middle: an open keeps it in place and cuts nothing.
         _, val_file = data_pair(copy5000)
         flip(val_file, val_offset(2500) + VHDR)
+        as_after_a_crash(copy5000)  # else the open uses the saved index: no scan, no mend
         status, out, _ = run_verify(copy5000, capsys)
         assert status == 1
         assert out[0].startswith(f"damaged: key {k(2500).hex()} offset {val_offset(2500)}: ")
@@ -296,6 +305,7 @@ class TestOpenNeverDropsSilently:
     ) -> None:
         _, val_file = data_pair(copy5000)
         flip(val_file, val_offset(4999) + VHDR + 3)
+        as_after_a_crash(copy5000)
         before = snapshot(copy5000)
         with caplog.at_level(logging.INFO, logger="kvstore"):
             ro = kvstore.open(copy5000, readonly=True)
@@ -321,6 +331,7 @@ class TestOpenNeverDropsSilently:
         key_file, val_file = data_pair(copy5000)
         flip(val_file, val_offset(4998) + VHDR)  # the last two: nothing sound follows
         flip(val_file, val_offset(4999) + VHDR)
+        as_after_a_crash(copy5000)
         cut_keys = key_file.read_bytes()[key_offset(4998) :]
         cut_vals = val_file.read_bytes()[val_offset(4998) :]
         with caplog.at_level(logging.INFO, logger="kvstore"):
@@ -353,6 +364,7 @@ class TestOpenNeverDropsSilently:
             del db[k(3)]  # record 10: the tombstone the cut would take with it
         _, val_file = data_pair(path)
         flip(val_file, val_offset(9) + VHDR)  # record 9, before the tombstone
+        as_after_a_crash(path)
         with caplog.at_level(logging.WARNING, logger="kvstore"):
             ro = kvstore.open(path, readonly=True)
         with ro:
