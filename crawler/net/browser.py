@@ -64,6 +64,7 @@ FETCHED_TYPES = frozenset({"Script", "XHR", "Fetch"})
 MAX_SUBREQUESTS = 64  # a page's scripts and XHRs; more are refused
 SHORT_TIMER_MS = 5000  # setTimeout delays the settle waits for
 _POLL = 0.05  # seconds between two looks at a loaded page
+_CRASH_PROBE = 5.0  # seconds a live browser has to answer after one of its tabs crashed
 # Dropped from the fetched answer when it is handed to the browser: the body is
 # already decoded and whole.
 _HOP_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection"})
@@ -232,6 +233,8 @@ class Browser:
             tab = _Tab(self, conn, session, url, (status, headers, body), subfetch,
                        started + timeout)
             out = tab.run()
+            if out.reason == outcomes.RENDER_CRASHED:
+                self._alive_after_crash(conn)
         except BrowserGone:
             raise
         except BrowserError as exc:
@@ -250,6 +253,18 @@ class Browser:
                     pass
         out.seconds = time.monotonic() - started
         return out
+
+
+    @staticmethod
+    def _alive_after_crash(conn: Connection) -> None:
+        """BrowserGone if the tab crashed because the whole browser died: a kill of its
+        process group can let the browser report the tab's crash just before its own
+        end, and the page then deserves the retry a browser death gets."""
+        try:
+            conn.call("Browser.getVersion", timeout=_CRASH_PROBE)
+        except BrowserError as exc:
+            if isinstance(exc, BrowserGone) or conn.closed.is_set():
+                raise BrowserGone(f"the browser died with the tab: {exc}") from None
 
 
 class _Tab:

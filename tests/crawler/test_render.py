@@ -183,7 +183,8 @@ def test_a_browser_killed_mid_crawl_is_restarted_and_loses_nothing(
     assert killed
     assert engine.renderer is not None and engine.renderer.browser.starts == 2
     got = {u for u, r in records(tmp_path / "c").items() if r.status}
-    assert got == set(web.oracle.crawl(render={"h0.test"}).fetched)
+    renders = {u: r.render for u, r in records(tmp_path / "c").items() if r.render}
+    assert got == set(web.oracle.crawl(render={"h0.test"}).fetched), renders  # why, if not
     # The page the browser died on was rendered again, and cut by its own time limit.
     assert record(tmp_path / "c", scripts(web, "endless.html")).render == "render_timeout"
 

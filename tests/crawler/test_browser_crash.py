@@ -1,0 +1,105 @@
+"""A crashed tab against a dead browser: only the second is retried.
+
+The render pool retries a page once when the browser died under it (BrowserGone)
+and records a crashed tab as ``render_crashed`` with its server links only. A kill
+of the browser's whole process group can let the browser report the tab's crash
+just before its own end (CI saw it once in many runs: a page's script links were
+lost); ``Browser.render`` then asks the browser whether it is still there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from crawler.exceptions import BrowserGone
+from crawler.net.browser import Answer, Browser, Rendered
+
+ENDLESS = b"<html><body><a href='/next.html'>next</a><script>for(;;){}</script></body></html>"
+PLAIN = b"<html><body><p>plain</p></body></html>"
+HTML = {"content-type": "text/html"}
+
+
+def no_subfetch(url: str, kind: str, deadline: float) -> Answer | str:
+    return "refused"
+
+
+def renderers(browser_pid: int) -> list[int]:
+    """The browser's renderer processes (the tabs' and a spare), by their command lines."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read()  # Chromium rewrites it: one string, not one per argument
+            if os.getpgid(int(entry)) == browser_pid and b" --type=renderer " in argv:
+                found.append(int(entry))
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
+def render_while(browser: Browser, kill: Callable[[int], None]) -> Rendered | BrowserGone:
+    """Render the endless page, run ``kill(browser_pid)`` once it runs, and return what
+    the render ended with."""
+    out: list[Rendered | BrowserGone] = []
+
+    def render() -> None:
+        try:
+            out.append(browser.render("http://h.test/endless.html", 200, HTML, ENDLESS,
+                                      no_subfetch, 60.0))
+        except BrowserGone as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=render)
+    thread.start()
+    pid = None
+    deadline = time.monotonic() + 60
+    while pid is None or not renderers(pid):
+        assert time.monotonic() < deadline and thread.is_alive()
+        time.sleep(0.05)
+        pid = browser.pid
+    time.sleep(1.0)  # the page's script is spinning now
+    kill(pid)
+    thread.join(90)
+    assert not thread.is_alive() and len(out) == 1
+    return out[0]
+
+
+@pytest.mark.system_packages("chromium")
+def test_a_tab_killed_alone_is_a_crashed_render_and_the_browser_goes_on() -> None:
+    browser = Browser(memory_mb=64)
+    try:
+        def kill_tabs(pid: int) -> None:
+            for renderer in renderers(pid):
+                os.kill(renderer, signal.SIGKILL)
+
+        out = render_while(browser, kill_tabs)
+        assert isinstance(out, Rendered) and out.reason == "render_crashed"
+        after = browser.render("http://h.test/plain.html", 200, HTML, PLAIN, no_subfetch, 30.0)
+        assert after.reason == "ok" and b"plain" in after.dom
+        assert browser.starts == 1  # the browser lived on: no restart
+    finally:
+        browser.close()
+
+
+@pytest.mark.system_packages("chromium")
+def test_a_browser_killed_with_its_tabs_is_browser_gone_every_time() -> None:
+    """The process group killed at once, three times: each render ends as BrowserGone
+    (the pool's retry), never as a crashed tab, whichever news came first."""
+    browser = Browser(memory_mb=64)
+    try:
+        for _ in range(3):
+            conn = browser.connection()
+            out = render_while(browser, lambda pid: os.killpg(pid, signal.SIGKILL))
+            assert isinstance(out, BrowserGone), out
+            browser.restart(conn)
+        assert browser.starts == 3
+    finally:
+        browser.close()
