@@ -264,7 +264,9 @@ def _sitemap(resp: requests.Response,
 def _get(session: requests.Session, url: str) -> requests.Response | None:
     for _ in range(4):
         try:
-            resp = session.get(url, allow_redirects=False, stream=True, timeout=(2, 10))
+            # No fault of the test web hangs for ever: the timeouts only bound a machine
+            # that is busy (CI lost one page of a sitemap once with (2, 10)).
+            resp = session.get(url, allow_redirects=False, stream=True, timeout=(10, 30))
         except (requests.ConnectionError, requests.Timeout):
             return None
         if resp.status_code in (429, 503) and "Retry-After" in resp.headers:
