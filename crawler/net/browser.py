@@ -70,9 +70,12 @@ _CRASH_PROBE = 5.0  # seconds a live browser has to answer after one of its tabs
 _HOP_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection"})
 
 # Run in every document before its own scripts: when the DOM last changed, how many
-# short timers are pending, the JS heap in use.
+# short timers and requests are pending, the JS heap in use. A request counts from the
+# page's fetch() or XHR send until its answer, and its body's read, reached the page (by
+# the page's clock, which also restarts the quiet time then): a browser slow to deliver
+# an answer (a loaded machine) must not look settled before the page saw it.
 _WATCH = """(() => {
-  let last = performance.now();
+  let last = performance.now(), pending = 0;
   const touch = () => { last = performance.now(); };
   new MutationObserver(touch).observe(document,
     {subtree: true, childList: true, attributes: true, characterData: true});
@@ -85,8 +88,31 @@ _WATCH = """(() => {
     return id;
   };
   window.clearTimeout = function (id) { live.delete(id); return ct.call(window, id); };
+  const track = (promise) => {
+    pending++; touch();
+    const done = () => { pending--; touch(); };
+    promise.then(done, done);
+    return promise;
+  };
+  const fetch0 = window.fetch;
+  if (fetch0) window.fetch = function (...args) { return track(fetch0.apply(this, args)); };
+  for (const name of ["json", "text", "arrayBuffer", "blob", "formData"]) {
+    const read = window.Response && Response.prototype[name];
+    if (read) Response.prototype[name] = function (...args) {
+      return track(read.apply(this, args));
+    };
+  }
+  const send = window.XMLHttpRequest && XMLHttpRequest.prototype.send;
+  if (send) XMLHttpRequest.prototype.send = function (...args) {
+    let open = true;
+    const done = () => { if (open) { open = false; pending--; touch(); } };
+    pending++; touch();
+    this.addEventListener("loadend", done, {once: true});
+    try { return send.apply(this, args); } catch (e) { done(); throw e; }
+  };
   Object.defineProperty(window, "__kvcrawlWatch", {value: () =>
-    [performance.now() - last, live.size, (performance.memory || {}).usedJSHeapSize || 0]});
+    [performance.now() - last, live.size + pending,
+     (performance.memory || {}).usedJSHeapSize || 0]});
 })();""".replace("SHORT", str(SHORT_TIMER_MS))
 
 
@@ -281,7 +307,7 @@ class _Tab:
         self.subfetch = subfetch
         self.deadline = deadline
         self.events = conn.listen(session)
-        self.out = Rendered("ok")
+        self.out = Rendered(outcomes.RENDER_OK)
         self.document_served = False
         self.loaded = False
         self.last_net = time.monotonic()
@@ -319,11 +345,11 @@ class _Tab:
             now = time.monotonic()
             if self.loaded and now - last_look >= _POLL:
                 last_look = now
-                quiet_ms, timers, heap = self._eval("window.__kvcrawlWatch()")
+                quiet_ms, waiting, heap = self._eval("window.__kvcrawlWatch()")
                 if heap > self.browser.memory_mb << 20:
                     return self._cut(outcomes.RENDER_MEMORY)
                 settle = self.browser.settle
-                if quiet_ms >= settle * 1000 and not timers and now - self.last_net >= settle:
+                if quiet_ms >= settle * 1000 and not waiting and now - self.last_net >= settle:
                     break
         where, dom = self._eval(
             "[location.href, document.documentElement ? document.documentElement.outerHTML : '']")

@@ -1,6 +1,9 @@
-"""A crashed tab against a dead browser: only the second is retried.
+"""crawler.net.browser against a real headless Chromium: when a render has settled, and
+a crashed tab against a dead browser.
 
-The render pool retries a page once when the browser died under it (BrowserGone)
+A render settles once the page is quiet: no DOM change, no short timer and no request
+of its own (fetch, XHR, a body being read) for a moment, by the page's clock. The
+render pool retries a page once when the browser died under it (BrowserGone)
 and records a crashed tab as ``render_crashed`` with its server links only. A kill
 of the browser's whole process group can let the browser report the tab's crash
 just before its own end (CI saw it once in many runs: a page's script links were
@@ -103,3 +106,38 @@ def test_a_browser_killed_with_its_tabs_is_browser_gone_every_time() -> None:
         assert browser.starts == 3
     finally:
         browser.close()
+
+
+# The page writes, right after each call, how much the watch says it waits for: the
+# requests count from the call (neither can have been answered yet), and the render
+# still settles once both are answered and read.
+WAITING = b"""<html><body><p id="w"></p><script>
+const w = document.getElementById("w");
+fetch("a.json").then(r => r.json()).then(d => { w.dataset.json = d.v; });
+w.dataset.afterFetch = window.__kvcrawlWatch()[1];
+const x = new XMLHttpRequest();
+x.open("GET", "b.json");
+x.onload = () => { w.dataset.xhr = x.responseText.trim(); };
+x.send();
+w.dataset.afterXhr = window.__kvcrawlWatch()[1];
+</script></body></html>"""
+
+
+@pytest.mark.system_packages("chromium")
+def test_a_request_of_the_page_keeps_the_render_waiting_until_it_is_read() -> None:
+    asked: list[str] = []
+
+    def subfetch(url: str, kind: str, deadline: float) -> Answer | str:
+        asked.append(url)
+        name = url.rsplit("/", 1)[1]
+        return Answer(200, {"content-type": "application/json"}, b'{"v": "%s"}' % name.encode())
+
+    browser = Browser(memory_mb=64)
+    try:
+        out = browser.render("http://h.test/w.html", 200, HTML, WAITING, subfetch, 30.0)
+    finally:
+        browser.close()
+    assert out.reason == "ok", out
+    assert b'data-after-fetch="1"' in out.dom and b'data-after-xhr="2"' in out.dom, out.dom
+    assert b'data-json="a.json"' in out.dom and b"data-xhr=" in out.dom
+    assert sorted(asked) == ["http://h.test/a.json", "http://h.test/b.json"]
