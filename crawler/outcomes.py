@@ -92,6 +92,18 @@ def bad_host(reason: str) -> str:
     return BAD_HOST + reason
 
 
+# The words the outcome log writes as codes (crawler.state.outcomelog: a code is a
+# position in LOGGED, on disk). A new word (a reason, and its bad_host form if a host
+# can fail with it) is appended at the end; nothing is ever reordered or removed.
+_FIRST_LOGGED = (
+    "", PRIVATE_IP, DNS_NXDOMAIN, DNS_NODATA, DNS_SERVFAIL, DNS_TIMEOUT, DNS_ERROR,
+    CONNECT_REFUSED, CONNECT_TIMEOUT, CONNECT_ERROR, TLS, READ_TIMEOUT, TOTAL_TIMEOUT, RESET,
+    PROTOCOL, ROBOTS_UNAVAILABLE, ROBOTS_DISALLOWED, HOST_PAGE_LIMIT, REDIRECT_LIMIT,
+    NOT_HTML, BAD_URL, INTERNAL_ERROR, TOO_LARGE, DECOMPRESSION_BOMB, ABORTED,
+)
+LOGGED: tuple[str, ...] = _FIRST_LOGGED + tuple(bad_host(r) for r in _FIRST_LOGGED[1:])
+
+
 def http_retry(status: int) -> str:
     """The reason of a retried 429 or 5xx answer (in ``retry:`` counts)."""
     return f"http_{status}"

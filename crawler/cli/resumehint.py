@@ -12,6 +12,7 @@ import os
 import shlex
 import sys
 
+from .. import outcomes
 from ..exceptions import CrawlerError
 from ..run.hints import lifted_by, selection
 from ..state.jsonfile import read_json
@@ -55,7 +56,7 @@ def say_still_recorded(data_dir: str, changes: list[str]) -> None:
         found = {r: 0 for _, r in reasons}
     else:
         found = {r: n for _, r in reasons
-                 if (n := recorded.get(r, 0) + recorded.get(f"bad_host:{r}", 0))}
+                 if (n := recorded.get(r, 0) + recorded.get(outcomes.bad_host(r), 0))}
     if not found:
         return
     flags = ", ".join(dict.fromkeys(flag for flag, r in reasons if r in found))

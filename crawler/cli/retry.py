@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .. import outcomes
 from ..exceptions import CrawlerError
 from ..read.display import printable
 from ..run.hints import REASONS, explain, resume_flags
@@ -21,15 +22,13 @@ from ..state.retry import Selection, requeue
 from ..state.shards import crawl_count
 from ._common import log_to_stderr
 
-_BAD_HOST = "bad_host:"
-
 
 def _reasons(value: str) -> list[str]:
     """REASON[,REASON...]: each a prefix of a known reason, or of ``bad_host:REASON``."""
     out = []
     for reason in (r.strip() for r in value.split(",")):
-        cause = reason[len(_BAD_HOST):] if reason.startswith(_BAD_HOST) else reason
-        known = _BAD_HOST.startswith(reason) or any(k.startswith(cause) for k in REASONS)
+        cause = reason.removeprefix(outcomes.BAD_HOST)
+        known = outcomes.BAD_HOST.startswith(reason) or any(k.startswith(cause) for k in REASONS)
         if not reason or not known:
             raise argparse.ArgumentTypeError(
                 f"unknown reason {reason!r}: give one of {', '.join(REASONS)}, a prefix such "

@@ -20,7 +20,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from ..outcomes import BAD_HOST, HINTS, REASONS, Hint
+from ..outcomes import BAD_HOST, HINTS, REASONS, RETRY, Hint
 
 __all__ = ["HINTS", "REASONS", "Hint", "explain", "family", "hint", "lifted_by",
            "nothing_crawled", "resume_flags", "retry_command", "selection"]
@@ -32,7 +32,7 @@ _UNKNOWN = Hint("an outcome this version of the crawler does not describe",
 def family(key: str) -> str | None:
     """The family an outcome key is explained under (see the module docstring); None
     for answers (2xx, 3xx) and for tries (``retry:``)."""
-    if key.startswith("retry:"):
+    if key.startswith(RETRY):
         return None
     if key.startswith(BAD_HOST):
         key = key[len(BAD_HOST):]

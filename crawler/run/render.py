@@ -31,6 +31,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import outcomes
 from ..config import CrawlerConfig
 from ..exceptions import BrowserError, BrowserGone
 from ..net.answer import FetchResult
@@ -68,7 +69,7 @@ class RenderPool:
                                profile_dir=os.path.join(config.data_dir, BROWSER_PROFILE_NAME))
         self._subfetch = subfetch
         self._reader = reader
-        self._record = record  # Engine._record: counts the outcome, encodes the record
+        self._record = record  # a Recorder (run.pagework): counts the outcome, encodes the record
         self._frontier = frontier
         self._cond = threading.Condition()
         self._queue: deque[RenderJob] = deque()
@@ -203,16 +204,16 @@ class RenderPool:
                     self._queue.appendleft(job)
                     self._cond.notify_all()
                 return
-            out = Rendered("render_failed")
+            out = Rendered(outcomes.RENDER_FAILED)
         except BrowserError as exc:  # the browser would not start again
             log.error("%s", exc)
-            out = Rendered("render_failed")
+            out = Rendered(outcomes.RENDER_FAILED)
         self._finish(job, out)
 
     def _complete(self, job: RenderJob, out: Rendered) -> None:
         """The page's record: the server's links and the DOM's, and the render's outcome."""
         c, r = job.claimed, job.response
-        dom = out.dom if out.reason == "ok" else b""
+        dom = out.dom if out.reason == outcomes.RENDER_OK else b""
         reason, fields, links = self._reader.read(c.entry, r, dom)
         record = self._record(c, r.status, reason, **fields, render=out.reason, dom=dom)
         self._frontier.submit(Outcome(c, record, links=links))
@@ -232,7 +233,7 @@ class RenderPool:
         finally:
             with self._cond:
                 if out is not None:
-                    if out.reason == "ok":
+                    if out.reason == outcomes.RENDER_OK:
                         self.done += 1
                     else:
                         self.failed[out.reason] += 1

@@ -26,8 +26,8 @@ every head once, and a real retry or recrawl logs what it read
 (crawler.state.retry), so the next dry run is fast.
 
 A reason that is not in ``VOCABULARY`` (a newer crawler's) is coded UNKNOWN,
-and its record is read too. Codes are written to disk: append to the
-vocabulary, never reorder it.
+and its record is read too. Codes are written to disk: the vocabulary
+(crawler.outcomes.LOGGED) is appended to, never reordered.
 
 Not thread-safe: the committer's (writing) or one reader's.
 """
@@ -42,6 +42,7 @@ import numpy as np
 
 import kvstore
 
+from .. import outcomes
 from ..exceptions import URLError
 from ..web.urls import host_key, host_of
 from .admission import keys_array
@@ -58,15 +59,8 @@ OUTCOMES_NAME = "outcomes.bin"
 # Beside it while a compaction runs: its standing rows (carry), the rewritten log (remap).
 CARRY_SUFFIX, REMAP_SUFFIX = ".carry.tmp", ".remap.tmp"
 
-_REASONS = (
-    "", "private_ip", "dns_nxdomain", "dns_nodata", "dns_servfail", "dns_timeout",
-    "dns_error", "connect_refused", "connect_timeout", "connect_error", "tls",
-    "read_timeout", "total_timeout", "reset", "protocol", "robots_unavailable",
-    "robots_disallowed", "host_page_limit", "redirect_limit", "not_html", "bad_url",
-    "internal_error", "too_large", "decompression_bomb", "aborted",
-)
 # Every reason a record carries, and every reason a body was cut: code = position.
-VOCABULARY: tuple[str, ...] = _REASONS + tuple("bad_host:" + r for r in _REASONS[1:])
+VOCABULARY: tuple[str, ...] = outcomes.LOGGED
 CODE = {word: i for i, word in enumerate(VOCABULARY)}
 UNKNOWN = 255  # a word not in VOCABULARY: the record is read instead
 

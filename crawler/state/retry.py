@@ -163,7 +163,7 @@ class Selection:
         if any(low <= page.status <= high for low, high in self._ranges):
             return True
         key = outcome_key(page)
-        cause = key[len("bad_host:"):] if key.startswith("bad_host:") else None
+        cause = key.removeprefix(outcomes.BAD_HOST) if key.startswith(outcomes.BAD_HOST) else None
         return any(key.startswith(r) or (cause is not None and cause.startswith(r))
                    for r in self.reasons)
 

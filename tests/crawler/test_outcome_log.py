@@ -156,6 +156,23 @@ def test_every_reason_a_record_can_carry_has_a_code() -> None:
     assert len(set(VOCABULARY)) == len(VOCABULARY) and VOCABULARY[0] == ""
 
 
+def test_the_codes_on_disk_never_move() -> None:
+    """A code is a position in VOCABULARY, written in outcomes.bin: a crawl directory
+    written by an earlier release must read the same words. (Built as the reasons then
+    their bad_host forms, a new reason appended to the first part would have moved
+    every bad_host code: new words go at the end of crawler.outcomes.LOGGED.)"""
+    on_disk = (
+        "", "private_ip", "dns_nxdomain", "dns_nodata", "dns_servfail", "dns_timeout",
+        "dns_error", "connect_refused", "connect_timeout", "connect_error", "tls",
+        "read_timeout", "total_timeout", "reset", "protocol", "robots_unavailable",
+        "robots_disallowed", "host_page_limit", "redirect_limit", "not_html", "bad_url",
+        "internal_error", "too_large", "decompression_bomb", "aborted",
+    )
+    assert VOCABULARY[: len(on_disk)] == on_disk
+    assert VOCABULARY[len(on_disk) : 2 * len(on_disk) - 1] == tuple(
+        "bad_host:" + word for word in on_disk[1:])
+
+
 def test_a_real_run_reads_every_record_the_log_does_not_stand_for(
     data: Path, tmp_path: Path
 ) -> None:
