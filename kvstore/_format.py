@@ -86,11 +86,6 @@ def pack_header(magic: bytes, generation: int) -> bytes:
     return _HEADER.pack(magic, FORMAT_VERSION, header_checksum(head), generation)
 
 
-def unpack_header(data: bytes, magic: bytes, path: str) -> int:
-    """Check a file header; return its generation or raise a clear error."""
-    return unpack_header_version(data, magic, path)[0]
-
-
 def unpack_header_version(data: bytes, magic: bytes, path: str) -> tuple[int, int]:
     """Check a file header; return (generation, format version) or raise a clear error.
 
@@ -168,14 +163,6 @@ def check_val_record(
     return None, end
 
 
-def pack_val_record(value: bytes) -> bytes:
-    return VAL_HEADER.pack(len(value), zlib.crc32(value)) + value
-
-
-def pack_val_header(length: int, crc: int) -> bytes:
-    return VAL_HEADER.pack(length, crc)
-
-
 def unpack_val_header(
     data: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0
 ) -> tuple[int, int]:
@@ -186,10 +173,6 @@ def unpack_val_header(
 
 def pack_key_record(key: bytes, offset: int) -> bytes:
     return key + _OFFSET.pack(offset)
-
-
-def value_is_intact(value: bytes | memoryview, crc: int) -> bool:
-    return zlib.crc32(value) == crc
 
 
 def val_records(values: list[bytes]) -> tuple[bytes, np.ndarray]:

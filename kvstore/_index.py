@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import ctypes
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -324,12 +323,6 @@ class HashIndex(IndexBase):
         """Snapshot of the values (int64) of every live entry, without their keys."""
         return np.concatenate([decode_values(seg.vals[self._live_slots(seg)])
                                for seg in list(self._segs)])
-
-    def iter_keys(self) -> Iterator[bytes]:
-        keys, _ = self.items_arrays()
-        kb = keys.tobytes()
-        for j in range(0, len(kb), 16):
-            yield kb[j : j + 16]
 
     def memory_bytes(self) -> int:
         return sum(s.nbytes() for s in self._segs)

@@ -39,7 +39,6 @@ from hashlib import md5
 from typing import Any
 
 from ..config import CrawlerConfig
-from ..exceptions import CrawlerError
 from ..net.raycluster import alive_nodes, connect, node_id, pinned, shutdown
 from ..state.shards import (
     PLACEMENT_NAME,
@@ -394,14 +393,3 @@ class RayDriver(Overview):
                     s.actor.finish.remote()
         self._round = this
 
-
-def run_on_ray(
-    config: CrawlerConfig, count: int, seeds: list[str], address: str,
-    *, log_level: int = logging.INFO,
-) -> Summary:
-    """Run a crawl on Ray to its end; raises CrawlerError if a shard failed for good."""
-    driver = RayDriver(config, count, seeds, address, log_level=log_level)
-    summary = driver.run()
-    if summary.error:
-        raise CrawlerError(summary.error)
-    return summary

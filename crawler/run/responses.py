@@ -29,7 +29,7 @@ class Reading(NamedTuple):
     """A read answer: the record's reason and other fields, the links to admit."""
 
     reason: str
-    fields: dict[str, Any]  # PageRecord fields, keyword arguments of Engine._record
+    fields: dict[str, Any]  # PageRecord fields, keyword arguments of a Recorder (pagework)
     links: list[tuple[bytes, Pending]]  # (url_key, entry)
 
 

@@ -84,7 +84,7 @@ class Revisits:
 
     @staticmethod
     def not_modified(prior: PageRecord, r: FetchResult) -> dict[str, Any]:
-        """Engine._record's fields for a 304 to a conditional GET: the prior record's."""
+        """A Recorder's fields (run.pagework) for a 304 to a conditional GET: the prior record's."""
         out = {name: getattr(prior, name) for name in _COPIED}
         headers = dict(prior.headers)
         for name in ("etag", "last-modified", "date"):  # what a 304 may update (RFC 9110)

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ..config import CrawlerConfig
-from ..exceptions import CrawlerError, DataDirError
+from ..exceptions import DataDirError
 from . import pagelimit
 from .overview import Overview, Round, ShardTally, Summary, quiescent
 
@@ -355,13 +355,3 @@ def _describe_exit(code: int) -> str:
             return f"was killed by signal {-code}"
     return f"exited with status {code}"
 
-
-def run_supervised(
-    config: CrawlerConfig, count: int, seeds: list[str], *, log_level: int = logging.INFO
-) -> Summary:
-    """Run a sharded crawl to its end; raises CrawlerError if a shard failed for good."""
-    sup = Supervisor(config, count, seeds, log_level=log_level)
-    summary = sup.run()
-    if summary.error:
-        raise CrawlerError(summary.error)
-    return summary
