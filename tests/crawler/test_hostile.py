@@ -647,9 +647,11 @@ def test_robots_slow_past_the_limit_is_unavailable_and_retried(hosts: Crawl) -> 
     # then the host waited its backoff, doubled each time.
     starts = [b.start - a.start for a, b in zip(reqs, reqs[1:], strict=False)]
     backoff, limit = LIMITS["backoff"], LIMITS["total_timeout"]
-    # 0.1 s of slack: a loaded server logs a start late (seen: 0.05 s was too little at load
-    # 5), and it is still half the step a backoff that never doubled would miss (0.2 s).
-    assert [g >= limit + backoff * 2**k - 0.1 for k, g in enumerate(starts)] == [True] * 2, starts
+    # 0.15 s of slack: a loaded server logs a start late (seen: 0.05 s was too little at
+    # load 5, then 0.1 s beside a CI run), and a backoff that never doubled still fails the
+    # second gap (it would be 1.2 s against the 1.25 s asked).
+    assert [g >= limit + backoff * 2**k - 0.15 for k, g in enumerate(starts)] == [True] * 2, \
+        starts
     assert {r.path for r in c.web.log.records(host="robotsslow.test")} == {"/robots.txt"}
     assert c.recs[c.url("robotsslow.test", "/")].reason == "robots_unavailable"
 
