@@ -280,7 +280,6 @@ class Browser:
         out.seconds = time.monotonic() - started
         return out
 
-
     @staticmethod
     def _alive_after_crash(conn: Connection) -> None:
         """BrowserGone if the tab crashed because the whole browser died: a kill of its

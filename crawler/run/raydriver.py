@@ -392,4 +392,3 @@ class RayDriver(Overview):
                 if s.actor is not None:
                     s.actor.finish.remote()
         self._round = this
-
