@@ -5,9 +5,9 @@ A render settles once the page is quiet: no DOM change, no short timer and no re
 of its own (fetch, XHR, a body being read) for a moment, by the page's clock. The
 render pool retries a page once when the browser died under it (BrowserGone)
 and records a crashed tab as ``render_crashed`` with its server links only. A kill
-of the browser's whole process group can let the browser report the tab's crash
-just before its own end (CI saw it once in many runs: a page's script links were
-lost); ``Browser.render`` then asks the browser whether it is still there.
+of the browser's whole process group could let the browser report the tab's crash
+just before its own end (not seen here: the group-kill test below passes without the
+check too); ``Browser.render`` then asks the browser whether it is still there.
 """
 
 from __future__ import annotations
