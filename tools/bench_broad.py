@@ -225,7 +225,9 @@ def crawl(cmd: list[str], rlog: RequestLog, hosts: int, work: Path, tag: str, *,
                     page_peak50 = peak
                 if served < pages:
                     page_peak100 = peak
-                if not timeline or elapsed - timeline[-1][0] >= sample:
+                # rss 0: the crawl has exited, not reaped yet (a zombie has no VmRSS):
+                # no point of the timeline (the final one is added after the wait)
+                if rss and (not timeline or elapsed - timeline[-1][0] >= sample):
                     timeline.append([round(elapsed, 1), served, rss])
                 if probe is not None and (point := probe.done()) is not None:
                     result["points"].append(point)
