@@ -115,7 +115,7 @@ def save(
 
 
 @dataclass(frozen=True, slots=True)
-class _DataFiles:
+class FilesNow:
     """What the stamp is checked against: the data files as they are now."""
 
     key_fd: int
@@ -123,42 +123,17 @@ class _DataFiles:
     val_fd: int
     val_size: int
     header_size: int
-    keyed: bool  # the VAL records name their keys (format 3)
+    keyed: bool  # the VAL records name their keys (format 3): see _stamp
 
 
-def load(
-    directory: str,
-    gen: int,
-    width: int,
-    *,
-    key_fd: int,
-    key_size: int,
-    val_fd: int,
-    val_size: int,
-    header_size: int,
-    keyed: bool = False,
-) -> HashIndex | None:
-    """The index saved for exactly these files, or None (missing, stale or damaged).
-    ``keyed``: the VAL records name their keys (format 3), see ``_stamp``."""
-    files = _DataFiles(key_fd, key_size, val_fd, val_size, header_size, keyed)
+def load(directory: str, gen: int, width: int, files: FilesNow) -> HashIndex | None:
+    """The index saved for exactly these files, or None (missing, stale or damaged)."""
     return _with_index_file(directory, gen, lambda fd, path: _load(fd, path, gen, width, files))
 
 
-def trusted(
-    directory: str,
-    gen: int,
-    width: int,
-    *,
-    key_fd: int,
-    key_size: int,
-    val_fd: int,
-    val_size: int,
-    header_size: int,
-    keyed: bool = False,
-) -> bool:
+def trusted(directory: str, gen: int, width: int, files: FilesNow) -> bool:
     """Whether ``load`` would use the saved index (so an open cuts and mends nothing),
     checked without building the table: the file's CRC is read in chunks."""
-    files = _DataFiles(key_fd, key_size, val_fd, val_size, header_size, keyed)
     found = _with_index_file(directory, gen, lambda fd, path: _check(fd, path, gen, width, files))
     return bool(found)
 
@@ -184,7 +159,7 @@ def _with_index_file(directory: str, gen: int, read: Callable[[int, str], _T]) -
 
 
 def _stamp(
-    fd: int, path: str, gen: int, width: int, files: _DataFiles
+    fd: int, path: str, gen: int, width: int, files: FilesNow
 ) -> tuple[bytes, list[tuple[int, int, int]], bool]:
     """(header, segment shapes, rotted) if the stamp describes ``files``; else _Stale.
 
@@ -223,7 +198,7 @@ def _stamp(
     return head + table, shapes, rotted
 
 
-def _check(fd: int, path: str, gen: int, width: int, files: _DataFiles) -> bool:
+def _check(fd: int, path: str, gen: int, width: int, files: FilesNow) -> bool:
     _stamp(fd, path, gen, width, files)
     end = os.fstat(fd).st_size - _TRAILER.size
     crc, pos = 0, 0
@@ -239,7 +214,7 @@ def _check(fd: int, path: str, gen: int, width: int, files: _DataFiles) -> bool:
     return True
 
 
-def _load(fd: int, path: str, gen: int, width: int, files: _DataFiles) -> HashIndex:
+def _load(fd: int, path: str, gen: int, width: int, files: FilesNow) -> HashIndex:
     start, shapes, rotted = _stamp(fd, path, gen, width, files)
     crc = zlib.crc32(start)
     segs = []

@@ -76,23 +76,20 @@ def load(
     return _Generation(files, index, val_end, key_size), recovery, "rebuilt"
 
 
+def files_now(files: _datafiles.DataFiles, key_size: int, val_size: int) -> _indexfile.FilesNow:
+    """What a saved index's stamp is checked against: these files at these sizes (the
+    open and verify ask the same question with it)."""
+    return _indexfile.FilesNow(files.key_fd, key_size, files.val_fd, val_size, fmt.HEADER_SIZE,
+                               files.keyed)
+
+
 def _load_saved(files: _datafiles.DataFiles, path: str) -> _Generation | None:
     """The generation with the index a clean close saved, if it matches the files
     exactly (see _indexfile); None otherwise, and the caller rebuilds."""
     _datafiles.check_headers(files)
     key_size = os.fstat(files.key_fd).st_size
     val_size = os.fstat(files.val_fd).st_size
-    index = _indexfile.load(
-        path,
-        files.gen,
-        OFFSET_WIDTH,
-        key_fd=files.key_fd,
-        key_size=key_size,
-        val_fd=files.val_fd,
-        val_size=val_size,
-        header_size=fmt.HEADER_SIZE,
-        keyed=files.keyed,
-    )
+    index = _indexfile.load(path, files.gen, OFFSET_WIDTH, files_now(files, key_size, val_size))
     if index is None:
         return None
     files.remap(val_size)

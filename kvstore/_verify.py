@@ -29,7 +29,7 @@ import numpy as np
 from . import _datafiles, _indexfile, _mend, _recovery
 from . import _format as fmt
 from ._backend import check_keyed_records
-from ._open import OFFSET_WIDTH
+from ._open import OFFSET_WIDTH, files_now
 
 _CHUNK = 1 << 16  # KEY records per step: their keys become Python bytes
 
@@ -95,9 +95,8 @@ def verify(
         else:
             damages = _plain(files.key_fd, mm, n, val_size, chunk_records)
     missing = _missing(files, key_size, val_size)
-    if _indexfile.trusted(files.directory, files.gen, OFFSET_WIDTH, key_fd=files.key_fd,
-                          key_size=key_size, val_fd=files.val_fd, val_size=val_size,
-                          header_size=fmt.HEADER_SIZE, keyed=files.keyed):
+    if _indexfile.trusted(files.directory, files.gen, OFFSET_WIDTH,
+                          files_now(files, key_size, val_size)):
         # An open uses the index the clean close saved: it cuts and mends nothing.
         return VerifyReport(n, key_size, val_size, damages, None, missing, files.version,
                             values_damaged, None)
