@@ -74,7 +74,7 @@ from urllib.parse import urlsplit
 import certifi
 
 from .. import outcomes
-from ..config import (  # the one place of every default a crawl is configured with
+from ..config import (  # the defaults of what a crawl's options set (what none sets: below)
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_DECODED_BYTES,

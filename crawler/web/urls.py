@@ -50,7 +50,8 @@ Rules:
    always UTF-8, not the page's charset (browsers use the page's). An empty
    path is ``/`` (6.2.3).
 10. Length: the result is at most ``max_length`` characters (all ASCII;
-    2,083 by default); raw input over 4 times that is refused before any work.
+    2,048 by default, crawler.config's); raw input over 4 times that is refused
+    before any work.
 
 The result is idempotent (``normalize(normalize(u)) == normalize(u)``) and
 always parses with :mod:`urllib.parse`. Errors raise
