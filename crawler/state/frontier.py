@@ -51,15 +51,12 @@ then does the sender delete its copy (docs/SHARDS.md).
 
 from __future__ import annotations
 
-import collections
 import errno
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-
-import numpy as np
 
 import kvstore
 
@@ -69,20 +66,13 @@ from ..web.urls import url_key
 from . import compaction
 from .admission import DEFAULT_RECENT_KEYS, DEFAULT_VECTOR_BATCH, Admission
 from .admission import keys_array as _keys_array
+from .bulkclaims import RELEASE_COOLDOWN, BulkClaims
 from .depths import Depths, Expand
 from .due import MAX_REVISITS_PER_SCAN, DueTimes, scan_interval
 from .outbox import Outbox
 from .outcomelog import OutcomeLog
-from .pages import (
-    PageRecord,
-    Pending,
-    bulk_depths,
-    bulk_keys,
-    decode_bulk,
-    decode_page,
-    encode_bulk,
-)
-from .pendset import PendSet
+from .pages import PageRecord, Pending, decode_bulk, decode_page, put_bulks
+from .pendscan import read_pending
 from .shards import Router
 from .syncer import Syncer, compact_if_wasted
 from .tally import Keeper
@@ -103,14 +93,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_BULK_SIZE = 25
-# Seconds a bulk whose URLs were handed back (release) waits before it is claimed again.
-RELEASE_COOLDOWN = 0.5
 # PendDB is compacted (on the syncer's thread) once its dead bytes pass this and twice its
 # live ones: claimed bulks leave tombstones and dead values behind, ~40 bytes a URL.
 PEND_COMPACT_BYTES = 32 << 20
 URL_LOG_NAME = "urls.log"
-# Pending URLs handled at once while PendSet is rebuilt at open (~100 bytes each meanwhile).
-REBUILD_BATCH = 1 << 18
 # errnos that mean "no space for this write" (EFBIG: a file size limit such as ulimit -f)
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
@@ -146,10 +132,6 @@ def _head(value: bytes) -> PageRecord | None:
 def _own(links: list[tuple[bytes, Pending]]) -> list[tuple[bytes, Pending]]:
     """The links of a one-shard crawl: all its own."""
     return links
-
-
-def _bulk_key(counter: int) -> bytes:
-    return counter.to_bytes(16, "big")
 
 
 class Frontier:
@@ -193,14 +175,9 @@ class Frontier:
         self._received: list[tuple[list[tuple[bytes, Pending]], threading.Event]] = []
         self._closing = False  # receive() refuses from now on
         self.commits = 0  # commits that wrote something: the shard's activity counter
-        self.pend_set = PendSet()  # filled by _rebuild
         self.processing = kvstore.KeySet()
-        self._unclaimed = kvstore.KeySet()
-        self._claimed: dict[bytes, int] = {}  # bulk key -> URLs not yet committed
-        self._finished: list[bytes] = []  # bulks to tombstone at the next commit
-        self._released: set[bytes] = set()  # claimed bulks with URLs handed back (release)
-        self._cooling: collections.deque[tuple[float, bytes]] = collections.deque()
-        self._lock = threading.Lock()  # claim bookkeeping
+        self._claims = BulkClaims(RELEASE_COOLDOWN)
+        self._lock = threading.Lock()  # the claims, with PendSet and ProcessingSet
         self._qlock = threading.Lock()
         self._qroom = threading.Condition(self._qlock)  # submitters wait here for room
         self._queue: list[Outcome] = []
@@ -210,13 +187,12 @@ class Frontier:
         # A commit holds what it took from the queues (outcomes, seeds, links received)
         # until their bulks are claimable: idle() is false meanwhile (set and read under
         # _qlock). Without it, idle() saw empty queues and no claims in the window
-        # between a commit's swap and its bulks reaching _unclaimed, and a crawl ended
+        # between a commit's swap and its bulks becoming claimable, and a crawl ended
         # "complete" with its seed, or a page's links, never claimed.
         self._committing = False
         # Held by each commit: the syncer's compaction rewrites the outcome log under it
         # (crawler.state.compaction), when every record put has its log row.
         self._commit_lock = threading.Lock()
-        self._counter = 0
         self.syncer = Syncer(sync_interval, self._sync_stores, self._compact, data_dir)
         self.compact_bytes = compact_bytes
         self.compactions = 0
@@ -236,7 +212,10 @@ class Frontier:
         self._scan_every = scan_interval(revisit_after) if revisit_after else 0.0
         self._next_scan = 0.0
         self.revisits = 0  # pages re-queued as due this run
-        self._rebuild()
+        self.pend_set, self._counter = read_pending(self.pend, self.main, self.depths,
+                                                    self._claims)
+        if len(self._claims):
+            log.info("%s: resuming with %d pending bulks", self.data_dir, len(self._claims))
         self._failed: BaseException | None = None  # a commit failed: write nothing more
         self._admission = Admission(
             os.path.join(data_dir, URL_LOG_NAME),
@@ -245,46 +224,6 @@ class Frontier:
         )
         # status's numbers, kept per commit (crawler.state.tally)
         self.tally = Keeper(data_dir, self.main, self.pend, len(self.pend_set))
-
-    def _rebuild(self) -> None:
-        """PendSet and the unclaimed bulks from the live PendDB bulks (after any stop),
-        read ``REBUILD_BATCH`` URLs at a time: at 14M pending URLs a shard, a list of
-        them all held ~1.5 GB while it lasted. PendSet is made of their keys at once
-        (one sort)."""
-        top = -1
-        keys = bytearray()
-        depths: list[int] = []  # read only when tracked: the open's time is the keys'
-        # One growing buffer, not a list of arrays: freed, it goes back to the OS whole
-        # (batches of a few MB each would stay in the heap of the process for good).
-        pending = bytearray()
-        for bk in self.pend:  # in the file's order
-            top = max(top, int.from_bytes(bk, "big"))
-            self._unclaimed.add(bk)
-            bulk = self.pend[bk]
-            keys += bulk_keys(bulk)
-            if self.depths.tracking:
-                depths += bulk_depths(bulk)
-            if len(keys) >= REBUILD_BATCH * 16:
-                pending += self._not_done(keys, depths)
-                keys, depths = bytearray(), []
-        pending += self._not_done(keys, depths)
-        if pending:
-            self.pend_set = PendSet(np.frombuffer(pending, dtype=np.uint8).reshape(-1, 16))
-        del pending
-        kvstore.release_freed_memory()  # the batches' and the sort's temporaries
-        self._counter = top + 1
-        if len(self._unclaimed):
-            log.info("%s: resuming with %d pending bulks", self.data_dir, len(self._unclaimed))
-
-    def _not_done(self, keys: bytearray, depths: list[int]) -> bytes:
-        """Some pending URLs of live bulks (``_rebuild``), as their keys joined: their
-        depths noted when tracked; returns the keys of those not done, joined."""
-        arr = np.frombuffer(keys, dtype=np.uint8).reshape(-1, 16)
-        self.depths.fold(arr, depths)  # a crawl whose depths.bin lacks them
-        if not len(arr):
-            return b""
-        left: bytes = arr[~self.main.contains_many(arr)].tobytes()
-        return left
 
     # -- workers -------------------------------------------------------------
 
@@ -296,14 +235,9 @@ class Frontier:
     def claim(self) -> list[Claimed] | None:
         """Claim a random unclaimed bulk; None when there is none right now."""
         with self._lock:
-            now = time.monotonic()
-            while self._cooling and self._cooling[0][0] <= now:
-                self._unclaimed.add(self._cooling.popleft()[1])
-            try:
-                bk = self._unclaimed.random_key()
-            except KeyError:
+            bk = self._claims.take()
+            if bk is None:
                 return None
-            self._unclaimed.discard(bk)
             out = []
             keys = []  # each leaves PendSet: MainDB or ProcessingSet knows it now
             for entry in decode_bulk(self.pend[bk]):
@@ -318,10 +252,7 @@ class Frontier:
                 out.append(Claimed(bk, k, entry))
             if keys:
                 self.pend_set.discard_many(_keys_array(keys))
-            if out:
-                self._claimed[bk] = len(out)
-            else:
-                self._finished.append(bk)
+            self._claims.hold(bk, len(out))
             return out
 
     def release(self, claimed: Claimed) -> None:
@@ -333,19 +264,7 @@ class Frontier:
         with self._lock:
             self.processing.discard(claimed.key)
             self.pend_set.add(claimed.key)
-            bk = claimed.bulk
-            self._released.add(bk)
-            left = self._claimed[bk] - 1
-            if left:
-                self._claimed[bk] = left
-            else:
-                del self._claimed[bk]
-                self._cool(bk)
-
-    def _cool(self, bk: bytes) -> None:
-        """A bulk with released URLs, no longer claimed: claimable again soon. (_lock held.)"""
-        self._released.discard(bk)
-        self._cooling.append((time.monotonic() + RELEASE_COOLDOWN, bk))
+            self._claims.release(claimed.bulk)
 
     def receive(self, entries: list[Pending]) -> threading.Event:
         """Admit links another shard found for this one's hosts, at the next commit
@@ -407,7 +326,7 @@ class Frontier:
                       received: list[tuple[list[tuple[bytes, Pending]], threading.Event]]
                       ) -> int:
         with self._lock:
-            finished, self._finished = self._finished, []
+            finished = self._claims.take_finished()
         due_keys, due_records, due_entries = self._due()
         if not batch and not seeds and not finished and not received and not due_keys:
             self._maybe_sync()
@@ -465,23 +384,14 @@ class Frontier:
         if batch:
             self.processing.discard_many(_keys_array([o.claimed.key for o in batch]))
         with self._lock:
-            for o in batch:
-                left = self._claimed[o.claimed.bulk] - 1
-                if left:
-                    self._claimed[o.claimed.bulk] = left
-                else:
-                    del self._claimed[o.claimed.bulk]
-                    if o.claimed.bulk in self._released:  # some of its URLs are still to do
-                        self._cool(o.claimed.bulk)
-                    else:
-                        finished.append(o.claimed.bulk)
+            finished += [o.claimed.bulk for o in batch if self._claims.commit(o.claimed.bulk)]
         for bk in finished:
             del self.pend[bk]
         if finished:
             self.pend.flush()
         self.tally.write(self.pend)  # after the last flush: stamped with the stores' files
         if bulk_keys:
-            self._unclaimed.add_many(_keys_array(bulk_keys))
+            self._claims.add(_keys_array(bulk_keys))
         if batch:  # written to the OS: a kill no longer loses it, make room (before fsync)
             with self._qroom:
                 self._uncommitted -= len(batch)
@@ -507,12 +417,7 @@ class Frontier:
     def _write_bulks(self, entries: list[Pending]) -> list[bytes]:
         if not entries:
             return []
-        keys, values = [], []
-        for i in range(0, len(entries), self.bulk_size):
-            keys.append(_bulk_key(self._counter))
-            values.append(encode_bulk(entries[i : i + self.bulk_size]))
-            self._counter += 1
-        self.pend.put_many(keys, values)
+        keys, self._counter = put_bulks(self.pend, entries, self._counter, self.bulk_size)
         self.pend.flush()
         return keys
 
@@ -571,13 +476,7 @@ class Frontier:
         with self._qlock:
             queued = bool(self._queue or self._seeds or self._received or self._committing)
         with self._lock:
-            return (
-                not queued
-                and not self._claimed
-                and not self._finished
-                and not self._cooling
-                and not len(self._unclaimed)
-            )
+            return not queued and self._claims.idle()
 
     def counts(self) -> dict[str, int]:
         return {

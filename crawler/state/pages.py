@@ -28,10 +28,13 @@ import struct
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..exceptions import CrawlerError, URLError
 from ..web.urls import normalize, url_key, utf8_url_key
+
+if TYPE_CHECKING:
+    import kvstore
 
 _MAGIC = b"KVCP"
 _VERSION = 3
@@ -267,6 +270,29 @@ class Pending(NamedTuple):
 def encode_bulk(entries: list[Pending]) -> bytes:
     """A PendDB value: one tab-separated line per URL (normalized URLs hold no tabs)."""
     return "\n".join(e.line() for e in entries).encode("utf-8")
+
+
+def bulk_key(counter: int) -> bytes:
+    """PendDB's key of a bulk: its counter, 16 bytes big-endian."""
+    return counter.to_bytes(16, "big")
+
+
+def bulk_counter(key: bytes) -> int:
+    """The counter a PendDB key holds (``bulk_key``'s inverse)."""
+    return int.from_bytes(key, "big")
+
+
+def put_bulks(pend: kvstore.Store, entries: list[Pending], counter: int,
+              size: int) -> tuple[list[bytes], int]:
+    """``entries`` put into PendDB as bulks of ``size``, keyed by counters from ``counter``
+    on (not flushed: the caller's commit order says when): (their keys, the next
+    counter). The one writer of PendDB's layout: the frontier, the retry and the
+    reshard use it."""
+    keys = [bulk_key(counter + i) for i in range((len(entries) + size - 1) // size)]
+    if keys:
+        pend.put_many(keys, [encode_bulk(entries[i : i + size])
+                             for i in range(0, len(entries), size)])
+    return keys, counter + len(keys)
 
 
 def bulk_keys(data: bytes) -> bytes:

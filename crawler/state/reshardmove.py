@@ -66,7 +66,7 @@ from .frontier import DEFAULT_BULK_SIZE, URL_LOG_NAME
 from .jsonfile import fsync_path
 from .outbox import OUTBOX_NAME
 from .outcomelog import OutcomeLog
-from .pages import PageRecord, Pending, decode_bulk, decode_page_head, encode_bulk
+from .pages import PageRecord, Pending, decode_bulk, decode_page_head, put_bulks
 from .pendset import PendSet
 from .retry import MAIN_NAME, PEND_NAME, PRIOR_NAME
 from .robotsstore import ROBOTS_STORE_NAME, store_key
@@ -189,13 +189,7 @@ class NewShard:
         size = DEFAULT_BULK_SIZE
         cut = len(self._waiting) - len(self._waiting) % size if whole_only else len(self._waiting)
         todo, self._waiting = self._waiting[:cut], self._waiting[cut:]
-        keys, values = [], []
-        for i in range(0, len(todo), size):
-            keys.append(self.counter.to_bytes(16, "big"))
-            values.append(encode_bulk(todo[i : i + size]))
-            self.counter += 1
-        if keys:
-            self.pend.put_many(keys, values)
+        _, self.counter = put_bulks(self.pend, todo, self.counter, size)
 
     def finish(self) -> None:
         """Everything written, fsynced and closed; then the counters, stamped."""

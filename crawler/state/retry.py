@@ -84,7 +84,7 @@ from .admission import keys_array
 from .badhosts import BAD_HOSTS_NAME
 from .frontier import DEFAULT_BULK_SIZE
 from .outcomelog import OutcomeLog, hosts_u64, standing, uncovered, words
-from .pages import PageRecord, Pending, bulk_keys, encode_bulk, read_page_head
+from .pages import PageRecord, Pending, bulk_counter, bulk_keys, put_bulks, read_page_head
 from .pendset import PendSet, sorted_unique
 from .robotsstore import ROBOTS_STORE_NAME, store_key
 from .shards import shard_dirs
@@ -188,10 +188,6 @@ class RetryReport:
         return sum(self.counts.values())
 
 
-def _bulk_key(counter: int) -> bytes:
-    return counter.to_bytes(16, "big")  # PendDB's key: a counter, as the frontier writes it
-
-
 class _Shard:
     """One shard's MainDB, PendDB and BadHosts, open for the retry."""
 
@@ -217,7 +213,7 @@ class _Shard:
                 top = -1
                 keys = bytearray()  # 16 B a URL while it lasts; PendSet is made in one sort
                 for bk in self.pend:
-                    top = max(top, int.from_bytes(bk, "big"))
+                    top = max(top, bulk_counter(bk))
                     keys += bulk_keys(self.pend[bk])
                 self.live = PendSet(np.frombuffer(keys, dtype=np.uint8).reshape(-1, 16))
                 del keys
@@ -433,11 +429,7 @@ def _write_chunk(shard: _Shard, batch: list[tuple[bytes, PageRecord]], report: R
         return
     assert shard.pend is not None and shard.bad is not None and shard.main is not None
     if entries:  # 1. the URLs, pending again
-        size = DEFAULT_BULK_SIZE
-        bulk_keys = [_bulk_key(shard.counter + i) for i in range((len(entries) + size - 1) // size)]
-        shard.counter += len(bulk_keys)
-        values = [encode_bulk(entries[i : i + size]) for i in range(0, len(entries), size)]
-        shard.pend.put_many(bulk_keys, values)
+        _, shard.counter = put_bulks(shard.pend, entries, shard.counter, DEFAULT_BULK_SIZE)
         shard.pend.sync()
         shard.live.add_many(keys_array([k for (k, _), live in zip(batch, known, strict=True)
                                          if not live]))

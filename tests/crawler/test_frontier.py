@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import kvstore
-from crawler.state import frontier
+from crawler.state import pendscan
 from crawler.state.frontier import Claimed, Frontier, Outcome
 from crawler.state.pages import PageRecord, Pending, decode_page, encode_page
 from crawler.web.urls import url_key
@@ -108,7 +108,7 @@ def test_reopen_brings_back_unfinished_bulks_and_skips_done_urls(tmp_path: Path)
     f.close()
 
 
-@pytest.mark.parametrize("batch", [1, 5, frontier.REBUILD_BATCH])
+@pytest.mark.parametrize("batch", [1, 5, pendscan.REBUILD_BATCH])
 def test_reopen_rebuilds_pending_urls_exactly_in_batches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int
 ) -> None:
@@ -124,7 +124,7 @@ def test_reopen_rebuilds_pending_urls_exactly_in_batches(
         f.submit(Outcome(c, page(c)))
     f.commit()
     f.close()
-    monkeypatch.setattr(frontier, "REBUILD_BATCH", batch)
+    monkeypatch.setattr(pendscan, "REBUILD_BATCH", batch)
     g = Frontier(str(tmp_path), bulk_size=4)
     done_keys = {url_key(c.entry.url) for c in done}
     want = {url_key(c.entry.url) for c in claimed} - done_keys
@@ -206,7 +206,7 @@ def test_never_idle_while_a_commit_holds_seeds_or_links(tmp_path: Path) -> None:
     the seed never fetched, or a page's links never claimed (its claim already gone)."""
     f = Frontier(str(tmp_path))
     seen: list[bool] = []
-    f._unclaimed = _Watched(f._unclaimed, f, seen)  # type: ignore[assignment]
+    f._claims.unclaimed = _Watched(f._claims.unclaimed, f, seen)  # type: ignore[assignment]
     f.add_seeds([Pending(u(1))])
     f.commit()  # the seed
     bulk = f.claim()

@@ -13,18 +13,22 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import kvstore
 from crawler.exceptions import CrawlerError
 from crawler.state.frontier import Frontier, Outcome
 from crawler.state.pages import (
     PageRecord,
     Pending,
+    bulk_counter,
     bulk_depths,
+    bulk_key,
     bulk_keys,
     decode_bulk,
     decode_page,
     encode_bulk,
     encode_page,
     pack_links,
+    put_bulks,
 )
 from crawler.web.urls import url_key
 
@@ -203,3 +207,22 @@ def test_a_bulks_keys_and_depths_read_from_its_bytes_are_its_decoded_urls(
     assert decoded == entries
     assert bulk_keys(data) == b"".join(url_key(e.url) for e in decoded)
     assert bulk_depths(data) == [e.depth for e in decoded]
+
+
+@pytest.mark.parametrize("n", [0, 1, 25, 26, 51])
+def test_put_bulks_writes_whole_bulks_in_order_from_the_counter(tmp_path: Path, n: int) -> None:
+    """PendDB's one writer (the frontier, retry and reshard use it): bulks of ``size``
+    entries, the last one short, keyed by counters from the one given, nothing for no
+    entries; the keys read back as their counters and sort as they were written."""
+    entries = [Pending(f"http://h.test/{i}", i % 7, i % 3, i % 2) for i in range(n)]
+    with kvstore.open(str(tmp_path / "pend")) as pend:
+        pend[bulk_key(2)] = encode_bulk([Pending("http://h.test/older")])
+        keys, counter = put_bulks(pend, entries, 3, 25)
+        assert keys == [bulk_key(3 + i) for i in range(-(-n // 25))]
+        assert counter == 3 + len(keys)
+        assert [bulk_counter(k) for k in keys] == list(range(3, counter))
+        assert sorted(keys) == keys and all(k > bulk_key(2) for k in keys)
+        assert [len(decode_bulk(pend[k])) for k in keys] == [
+            min(25, n - i) for i in range(0, n, 25)]
+        assert [e for k in keys for e in decode_bulk(pend[k])] == entries
+        assert len(pend) == 1 + len(keys)
