@@ -24,14 +24,9 @@ links ``inside``, which a crawler reaches only through the wall.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .faults import Fault
-from .model import NOT_FOUND, Node
+from .model import NOT_FOUND, Node, SiteView
 from .render import leaf_page, link_list
-
-if TYPE_CHECKING:
-    from .site import Site
 
 NEEDS = "kvwall=1"  # the cookie the page asks for
 SEEN = "kvseen=1; Max-Age=600"  # what the page behind the wall sets (its Path: the mount)
@@ -52,7 +47,7 @@ def sends(cookie_header: str | None, pair: str) -> bool:
     return pair in (p.strip() for p in (cookie_header or "").split(";"))
 
 
-def cookie_wall(site: Site, f: Fault, host: str, rest: str) -> Node:
+def cookie_wall(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     m = f.mount
     if rest == "":
         return Node(200, links=(site.url(host, m + "page"),), body=link_list(f.kind, [m + "page"]))

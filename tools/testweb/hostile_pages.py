@@ -14,19 +14,15 @@ import struct
 import zlib
 from html import escape
 from random import Random
-from typing import TYPE_CHECKING
 
 from .cookiewall import cookie_wall
 from .encodings import BOMBS
 from .faults import Fault
-from .model import NOT_FOUND, Node, text_node
+from .model import NOT_FOUND, Node, SiteView, text_node
 from .render import leaf_page, link_list
 from .scripted import scripts
 from .sitemapped import sitemaps
 from .urls import idna_host, quote_path
-
-if TYPE_CHECKING:
-    from .site import Site
 
 _MONTH = re.compile(r"([0-9]{4,5})-([0-9]{2})")
 
@@ -39,7 +35,7 @@ def filler(size: int) -> bytes:
     return (unit * (size // len(unit) + 1))[:size]
 
 
-def apply_response_fault(site: Site, host: str, node: Node, f: Fault) -> Node:
+def apply_response_fault(site: SiteView, host: str, node: Node, f: Fault) -> Node:
     """``node`` as answered under response fault ``f``."""
     kind = f.kind
     if kind == "slow_first_byte":
@@ -65,7 +61,7 @@ def apply_response_fault(site: Site, host: str, node: Node, f: Fault) -> Node:
     raise AssertionError(f"not a response fault: {kind}")
 
 
-def dedicated_page(site: Site, f: Fault, host: str, rest: str) -> Node:
+def dedicated_page(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     """The own leaf page ``/x/<kind>/1`` of a response fault."""
     if rest == "1":
         extra = ""
@@ -107,19 +103,19 @@ def robots_fault(f: Fault, base: str | None) -> Node:
 # -- features --------------------------------------------------------------------
 
 
-def entry(site: Site, f: Fault, host: str) -> str:
+def entry(site: SiteView, f: Fault, host: str) -> str:
     """The canonical URL the ``/x/`` index links for feature ``f``."""
     if f.kind == "spider_trap":
         return site.url(host, f"{f.mount}{f.get('start')}")
     return site.url(host, f.mount)
 
 
-def feature(site: Site, f: Fault, host: str, rest: str) -> Node:
+def feature(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     handler = _FEATURES[f.kind]
     return handler(site, f, host, rest)
 
 
-def _index(site: Site, f: Fault, host: str, names: list[str]) -> Node:
+def _index(site: SiteView, f: Fault, host: str, names: list[str]) -> Node:
     links = tuple(site.url(host, f.mount + n) for n in names)
     return Node(200, links=links, body=link_list(f.kind, [f.mount + n for n in names]))
 
@@ -128,7 +124,7 @@ def _redirect(status: int, location: str, raw: str | None = None) -> Node:
     return Node(status, location=location, raw_location=raw or location, html=False, body=b"")
 
 
-def _redirects(site: Site, f: Fault, host: str, rest: str) -> Node:
+def _redirects(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     hops = int(f.num("hops"))
     here = site.url(host, f.mount)
     if rest == "":
@@ -177,7 +173,7 @@ _PDF = (
 )
 
 
-def _binary(site: Site, f: Fault, host: str, rest: str) -> Node:
+def _binary(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     if rest == "":
         return _index(site, f, host, ["image", "pdf", "png-as-html", "octet"])
     if rest == "image":
@@ -211,7 +207,7 @@ def _charset_target(word: str) -> str:
     return quote_path(word)
 
 
-def _charsets(site: Site, f: Fault, host: str, rest: str) -> Node:
+def _charsets(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     if rest == "":
         return _index(site, f, host, list(_CHARSET_PAGES))
     page = _CHARSET_PAGES.get(rest)
@@ -230,7 +226,7 @@ def _charsets(site: Site, f: Fault, host: str, rest: str) -> Node:
     return NOT_FOUND
 
 
-def _malformed(site: Site, f: Fault, host: str, rest: str) -> Node:
+def _malformed(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     m = f.mount
     if rest == "":
         return _index(site, f, host, ["broken", "deep"])
@@ -260,7 +256,7 @@ def _malformed(site: Site, f: Fault, host: str, rest: str) -> Node:
     return NOT_FOUND
 
 
-def _base_href(site: Site, f: Fault, host: str, rest: str) -> Node:
+def _base_href(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     m = f.mount
     if rest == "":
         return _index(site, f, host, ["rel", "abs"])
@@ -278,7 +274,7 @@ def _base_href(site: Site, f: Fault, host: str, rest: str) -> Node:
     return NOT_FOUND
 
 
-def _link_schemes(site: Site, f: Fault, host: str, rest: str) -> Node:
+def _link_schemes(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     m = f.mount
     if rest == "":
         return _index(site, f, host, ["page"])
@@ -315,7 +311,7 @@ def _link_schemes(site: Site, f: Fault, host: str, rest: str) -> Node:
     return NOT_FOUND
 
 
-def _long_urls(site: Site, f: Fault, host: str, rest: str) -> Node:
+def _long_urls(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     m = f.mount + "a/"
     if rest == "":
         return _index(site, f, host, ["page"])
@@ -330,7 +326,7 @@ def _long_urls(site: Site, f: Fault, host: str, rest: str) -> Node:
     return NOT_FOUND
 
 
-def _spider_trap(site: Site, f: Fault, host: str, rest: str) -> Node:
+def _spider_trap(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     match = _MONTH.fullmatch(rest)
     if match is None:
         return NOT_FOUND
@@ -348,7 +344,7 @@ def _spider_trap(site: Site, f: Fault, host: str, rest: str) -> Node:
     return Node(200, links=tuple(site.url(host, f.mount + n) for n in names), body=body)
 
 
-def _shortcut(site: Site, f: Fault, host: str, rest: str) -> Node:
+def _shortcut(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     """Two paths to ``trap/1``: ``chain/1`` .. ``chain/N`` (N = ``chain``) and ``slow``,
     both linked from the index; ``trap/1`` .. ``trap/L`` (L = ``length``) follow it in a
     line. Made slow (a ``slow_first_byte`` fault on ``/x/shortcut/slow``), the short
@@ -386,7 +382,7 @@ _META_PAGES = {
 }
 
 
-def _meta_robots(site: Site, f: Fault, host: str, rest: str) -> Node:
+def _meta_robots(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     if rest == "":
         return _index(site, f, host, list(_META_PAGES))
     page = _META_PAGES.get(rest)
@@ -405,7 +401,7 @@ def _meta_robots(site: Site, f: Fault, host: str, rest: str) -> Node:
     return NOT_FOUND
 
 
-def _idn(site: Site, f: Fault, host: str, rest: str) -> Node:
+def _idn(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     if rest != "":
         return NOT_FOUND
     uname = str(f.get("name"))

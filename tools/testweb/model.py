@@ -1,15 +1,36 @@
 """What the site answers at one URL: the single description both the HTTP
-server (which sends it) and the oracle (which reasons about it) read."""
+server (which sends it) and the oracle (which reasons about it) read; and what the
+page makers (hostile_pages, sitemapped, scripted, cookiewall) read of the site that
+calls them (``SiteView``), so that none of them imports the site back."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from random import Random
+from typing import Any, Protocol
 
 from .faults import Fault
+from .urls import REFUSED_IP
 
 HTML = "text/html; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    name: str  # lowercase ASCII (IDNA) name
+    scheme: str
+    index: int | None  # graph host index; None for an extra host
+    ip: str  # what its DNS name resolves to
+    dns: str = "ok"  # ok | slow | servfail | timeout | nxdomain
+    dns_delay: float = 0.0
+    robots_fault: Fault | None = None
+    bad_cert: bool = False
+
+    @property
+    def reachable(self) -> bool:
+        """Whether a correct crawler gets HTTP answers from it at all."""
+        return self.dns in ("ok", "slow") and self.ip != REFUSED_IP and not self.bad_cert
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +98,19 @@ def text_node(status: int, text: str, *, fault: str | None = None) -> Node:
 
 
 NOT_FOUND = text_node(404, "Not found.")
+
+
+class SiteView(Protocol):
+    """What a page maker reads of the Site (tools.testweb.site) that calls it."""
+
+    hosts: dict[str, Host]
+    http_port: int
+    https_port: int | None
+
+    def origin(self, host: str) -> str: ...
+
+    def url(self, host: str, target: str = "/") -> str: ...
+
+    def body(self, host: str, node: Node) -> bytes: ...
+
+    def rng(self, *salt: object) -> Random: ...

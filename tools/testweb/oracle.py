@@ -69,8 +69,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import Node
-from .site import ROBOTS, Host, Site
+from .model import Host, Node
+from .site import ROBOTS, Site
 from .urls import normalize, origin, split
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})

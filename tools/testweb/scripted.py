@@ -17,14 +17,10 @@ link written in their server HTML before the script is the one to find.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from .faults import Fault
-from .model import NOT_FOUND, Node
+from .model import NOT_FOUND, Node, SiteView
 from .render import leaf_page, link_list
-
-if TYPE_CHECKING:
-    from .site import Site
 
 JS = "text/javascript"
 JSON = "application/json"
@@ -94,7 +90,7 @@ def _targets(scripts: dict[str, tuple[list[str], str, list[str], list[str]]]) ->
     return {t for server, _, script, _ in scripts.values() for t in server + script}
 
 
-def scripts(site: Site, f: Fault, host: str, rest: str) -> Node:
+def scripts(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     """What ``/x/scripts/<rest>`` answers on ``host``."""
     m = f.mount
 

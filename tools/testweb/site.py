@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 from random import Random
 
@@ -28,7 +28,7 @@ from . import hostile_pages as hostile
 from . import sitemapped
 from .faults import FEATURE, HOST, HUB_HOST, OUT_HOST, RESPONSE, Fault
 from .graph import Graph
-from .model import NOT_FOUND, Node, text_node
+from .model import NOT_FOUND, Host, Node, text_node
 from .render import TextPool, leaf_page, link_list, render_page
 from .robots import ALLOW_ALL, DISALLOW_ALL, RobotsRules, base_robots, parse, sitemap_values
 from .urls import LOOPBACK_IP, REFUSED_IP, idna_host, normalize, origin, split, upper_pct
@@ -39,23 +39,6 @@ ROBOTS = "/robots.txt"
 MAX_TARGET = 65_536  # longer request-targets get 414 URI Too Long
 EXTRA_PAGES = ("/e/1.html", "/e/2.html")  # the pages of every extra host
 PAGE_CACHE = 16_384  # generated pages kept rendered (about 200 MB at most)
-
-
-@dataclass(frozen=True, slots=True)
-class Host:
-    name: str  # lowercase ASCII (IDNA) name
-    scheme: str
-    index: int | None  # graph host index; None for an extra host
-    ip: str  # what its DNS name resolves to
-    dns: str = "ok"  # ok | slow | servfail | timeout | nxdomain
-    dns_delay: float = 0.0
-    robots_fault: Fault | None = None
-    bad_cert: bool = False
-
-    @property
-    def reachable(self) -> bool:
-        """Whether a correct crawler gets HTTP answers from it at all."""
-        return self.dns in ("ok", "slow") and self.ip != REFUSED_IP and not self.bad_cert
 
 
 class Site:

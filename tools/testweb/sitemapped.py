@@ -32,15 +32,11 @@ import gzip
 import zlib
 from functools import lru_cache
 from html import escape
-from typing import TYPE_CHECKING
 
 from .faults import Fault, fault
-from .model import HTML, NOT_FOUND, Lazy, Node
+from .model import HTML, NOT_FOUND, Lazy, Node, SiteView
 from .render import leaf_page, link_list
 from .urls import origin
-
-if TYPE_CHECKING:
-    from .site import Site
 
 NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 ROOT = "/sitemap.xml"  # the default sitemap every crawled host is asked for
@@ -92,7 +88,7 @@ ONLY = sorted(
 )
 
 
-def other_host(site: Site, host: str) -> str | None:
+def other_host(site: SiteView, host: str) -> str | None:
     """The other host of the site that foreign entries point at (None: there is none)."""
     for name in ("h1.test", "h0.test"):
         if name != host and name in site.hosts:
@@ -100,14 +96,14 @@ def other_host(site: Site, host: str) -> str | None:
     return None
 
 
-def _other(site: Site, f: Fault, host: str, rest: str) -> str:
+def _other(site: SiteView, f: Fault, host: str, rest: str) -> str:
     name = other_host(site, host)
     if name is None:  # a one-host site: a name nothing serves
         return origin("http", "elsewhere.test", site.http_port) + f.mount + rest
     return site.url(name, f.mount + rest)
 
 
-def robots_lines(site: Site, f: Fault, host: str) -> str:
+def robots_lines(site: SiteView, f: Fault, host: str) -> str:
     """The Sitemap lines added to ``host``'s robots.txt (absolute, relative, off-host, lower)."""
     m = f.mount
     return (
@@ -170,12 +166,12 @@ def _urlset(entries: list[tuple[str, str]], content_type: str = XML) -> Node:
                 sitemap_urls=tuple(entries))
 
 
-def root(site: Site, f: Fault, host: str) -> Node:
+def root(site: SiteView, f: Fault, host: str) -> Node:
     """``/sitemap.xml`` of the feature's host."""
     return _urlset([(site.url(host, f.mount + p), m) for p, m in URLSETS["sitemap.xml"]])
 
 
-def sitemaps(site: Site, f: Fault, host: str, rest: str) -> Node:
+def sitemaps(site: SiteView, f: Fault, host: str, rest: str) -> Node:
     """What ``/x/sitemaps/<rest>`` answers on ``host``."""
     m = f.mount
 
