@@ -204,6 +204,7 @@ class RenderPool:
                     self._queue.appendleft(job)
                     self._cond.notify_all()
                 return
+            log.warning("the browser died again rendering %s: kept unrendered", r.url)
             out = Rendered(outcomes.RENDER_FAILED)
         except BrowserError as exc:  # the browser would not start again
             log.error("%s", exc)
