@@ -8,7 +8,7 @@ import ipaddress
 import json
 import logging
 import sys
-import threading
+import time
 from typing import Any
 
 from ..config import MAX_REFERRERS, MAX_REPORT_ROWS, MAX_SECONDS
@@ -166,7 +166,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:  # a Ctrl-C or SIGTERM from the start on stops the server
         server.start()
         print(f"serving the report of {args.data} at {server.url} (Ctrl-C stops)", flush=True)
-        threading.Event().wait()
+        while True:  # timed: were a signal taken by another thread, the handler that
+            time.sleep(1.0)  # stops the server still runs here within a second
     except KeyboardInterrupt:
         pass
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -120,6 +121,27 @@ def cli_args(web: TestWeb, data_dir: Path, *extra: str) -> list[str]:
         "1",
         *extra,
     )
+
+
+#: The environment of a command that prints its threads' stacks when sent SIGABRT
+#: (``ended``): faulthandler, from the interpreter's start.
+WITH_STACKS = {"PYTHONFAULTHANDLER": "1"}
+
+
+def ended(proc: subprocess.Popen[str], wait: float) -> str:
+    """The stderr of ``proc`` once it has exited. One still running after ``wait`` seconds
+    is sent SIGABRT, which prints its threads' stacks if it was started with WITH_STACKS
+    in its environment, killed if that did not end it, and failed on with the stacks."""
+    try:
+        return proc.communicate(timeout=wait)[1]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            err = proc.communicate(timeout=10)[1]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            err = proc.communicate()[1]
+        pytest.fail(f"still running {wait:.0f} s after the signal; its threads:\n{err[-6000:]}")
 
 
 def start_cli(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:

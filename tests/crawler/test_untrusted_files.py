@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from crawl_helpers import REPO
+from crawl_helpers import REPO, WITH_STACKS, ended
 from crawldir_helpers import ordinary_pages, write_crawl
 
 from crawler.cli import main
@@ -190,7 +190,7 @@ def serving(indexed: Path) -> Iterator[int]:
     proc = subprocess.Popen([sys.executable, "-m", "crawler", "serve", str(indexed), "--port",
                              "0", "--no-rank"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+                            env=dict(os.environ, PYTHONPATH=str(REPO), **WITH_STACKS))
     try:
         assert proc.stdout is not None
         m = re.search(r"at http://127\.0\.0\.1:(\d+)/", proc.stdout.readline())
@@ -204,7 +204,7 @@ def serving(indexed: Path) -> Iterator[int]:
         yield port
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=WAIT)
+        err = ended(proc, WAIT)
     assert "Traceback" not in err, err[-3000:]
 
 
