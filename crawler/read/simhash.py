@@ -39,6 +39,27 @@ def _powers(base: int, n: int) -> np.ndarray:
     return np.cumprod(out, dtype=np.uint64)
 
 
+# The powers tables of texts up to this many UTF-8 bytes are kept (2 x 8 B a byte: 4 MiB
+# at most), grown as texts need: rebuilding them per page was a third of simhash's time
+# on a 1,500-word page. A longer text builds its own, as every text once did.
+KEEP_POWERS = 1 << 18
+_ONE = np.ones(1, dtype=np.uint64)  # base**0
+_kept: tuple[np.ndarray, np.ndarray] = (_ONE, _ONE)
+
+
+def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """_BASE's and _BASE_INVERSE's powers 0 .. n (at least: slice them)."""
+    global _kept
+    forward, inverse = _kept  # one tuple: a thread that grows it swaps both at once
+    if len(forward) > n:
+        return forward, inverse
+    if n >= KEEP_POWERS:
+        return _powers(_BASE, n + 1), _powers(_BASE_INVERSE, n + 1)
+    size = min(KEEP_POWERS, max(n + 1, 2 * len(forward), 4096))
+    _kept = (_powers(_BASE, size), _powers(_BASE_INVERSE, size))
+    return _kept
+
+
 def _finish(x: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer, in place: every input bit reaches every output bit."""
     x ^= x >> np.uint64(30)
@@ -59,9 +80,10 @@ def _word_hashes(words: list[str]) -> np.ndarray:
     gaps = np.flatnonzero(data == 0x20)
     starts = np.concatenate(([0], gaps + 1))
     ends = np.concatenate((gaps, [len(data)]))
+    forward, inverse = _power_tables(len(data))
     prefix = np.zeros(len(data) + 1, dtype=np.uint64)
-    np.cumsum(data.astype(np.uint64) * _powers(_BASE, len(data)), out=prefix[1:])
-    h = (prefix[ends] - prefix[starts]) * _powers(_BASE_INVERSE, len(data) + 1)[starts]
+    np.cumsum(data.astype(np.uint64) * forward[:len(data)], out=prefix[1:])
+    h = (prefix[ends] - prefix[starts]) * inverse[starts]
     return _finish(h ^ (ends - starts).astype(np.uint64))
 
 
