@@ -70,7 +70,8 @@ def main() -> int:
               flush=True)
     rows.sort(key=lambda r: -r["cpu_s"])
     total = sum(r["cpu_s"] for r in rows)
-    print(f"\n{'cpu s':>8} {'wall s':>8}  (machine idle rate before: {rest:.2f} cpu-s/s)")
+    print(f"\n{'cpu s':>8} {'wall s':>8}  (taken off: {rest:.2f} CPU-s a second, the machine's "
+          "use before, nothing of ours running)")
     for row in rows:
         print(f"{row['cpu_s']:8.1f} {row['wall_s']:8.1f}  {row['file']}")
     print(f"{total:8.1f}           all {len(rows)} files: about {total / 2 / 60:.1f} min "
