@@ -74,8 +74,9 @@ def main() -> int:
           "use before, nothing of ours running)")
     for row in rows:
         print(f"{row['cpu_s']:8.1f} {row['wall_s']:8.1f}  {row['file']}")
-    print(f"{total:8.1f}           all {len(rows)} files: about {total / 2 / 60:.1f} min "
-          "on 2 busy cores")
+    cores = len(os.sched_getaffinity(0))
+    print(f"{total:8.1f}           all {len(rows)} files: about {total / cores / 60:.1f} min "
+          f"on {cores} busy cores")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     return 0 if all(r["exit"] == 0 for r in rows) else 1

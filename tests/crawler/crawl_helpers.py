@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -123,15 +124,20 @@ def cli_args(web: TestWeb, data_dir: Path, *extra: str) -> list[str]:
     )
 
 
-#: The environment of a command that prints its threads' stacks when sent SIGABRT
-#: (``ended``): faulthandler, from the interpreter's start.
-WITH_STACKS = {"PYTHONFAULTHANDLER": "1"}
+def start_python(args: list[str], **env: str) -> subprocess.Popen[str]:
+    """``python ARGS`` from the checkout, its output in text pipes, ``env`` added to its
+    environment, and faulthandler on from the interpreter's start: sent SIGABRT, it
+    prints its threads' stacks (``ended``)."""
+    return subprocess.Popen([sys.executable, *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO),
+                                     PYTHONFAULTHANDLER="1", **env))
 
 
 def ended(proc: subprocess.Popen[str], wait: float) -> str:
     """The stderr of ``proc`` once it has exited. One still running after ``wait`` seconds
-    is sent SIGABRT, which prints its threads' stacks if it was started with WITH_STACKS
-    in its environment, killed if that did not end it, and failed on with the stacks."""
+    is sent SIGABRT, which prints its threads' stacks if ``start_python`` started it,
+    killed if that did not end it, and failed on with the stacks."""
     try:
         return proc.communicate(timeout=wait)[1]
     except subprocess.TimeoutExpired:

@@ -8,12 +8,9 @@ from __future__ import annotations
 import html
 import http.client
 import json
-import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crawl_helpers import REPO, WITH_STACKS, ended, run_crawl
+from crawl_helpers import ended, run_crawl, start_python
 
 from crawler.cli import main
 from crawler.read.serve import HostRule, ReportServer
@@ -205,10 +202,8 @@ def test_the_serve_command_answers_an_allowed_host(data: Path, signum: signal.Si
                                                     code: int) -> None:
     """...and stops on Ctrl-C, or on a service manager's SIGTERM as on Ctrl-C (no
     traceback) with the status that says so: 143, as for ``start`` (killed: -15)."""
-    proc = subprocess.Popen([sys.executable, "-m", "crawler", "serve", str(data), "--port", "0",
-                             "--no-rank", "--allow-host", "crawl-box.lan"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(REPO), **WITH_STACKS))
+    proc = start_python(["-m", "crawler", "serve", str(data), "--port", "0", "--no-rank",
+                         "--allow-host", "crawl-box.lan"])
     try:
         assert proc.stdout is not None
         m = re.search(r"at http://127\.0\.0\.1:(\d+)/", proc.stdout.readline())
@@ -381,10 +376,8 @@ runpy.run_module("crawler", run_name="__main__", alter_sys=True)
 def test_a_sigterm_taken_by_another_thread_stops_serve(data: Path) -> None:
     """The command waited on an untimed lock, which such a signal does not wake: serve
     went on forever (the oldest leg of stop 52's CI: 60 s after SIGTERM, still serving)."""
-    proc = subprocess.Popen([sys.executable, "-c", SERVE_SIGTERM_TO_A_THREAD, "serve",
-                             str(data), "--port", "0", "--no-rank"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(REPO), **WITH_STACKS))
+    proc = start_python(["-c", SERVE_SIGTERM_TO_A_THREAD, "serve", str(data), "--port", "0",
+                         "--no-rank"])
     err = ended(proc, WAIT)
     assert proc.returncode == 143, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
@@ -394,11 +387,8 @@ def test_a_sigterm_as_serve_starts_stops_the_server(data: Path, tmp_path: Path) 
     """A signal between the server's start and the command's wait (stop 50's CI: the
     test below hung 60 s when its SIGTERM came just after the first line) stops the
     server too: its threads are not left to the interpreter's shutdown."""
-    proc = subprocess.Popen([sys.executable, "-c", SERVE_SIGTERM_IN_START, "serve", str(data),
-                             "--port", "0", "--no-rank"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(REPO), **WITH_STACKS,
-                                     MPLCONFIGDIR=str(tmp_path)))
+    proc = start_python(["-c", SERVE_SIGTERM_IN_START, "serve", str(data), "--port", "0",
+                         "--no-rank"], MPLCONFIGDIR=str(tmp_path))
     err = ended(proc, WAIT)
     assert proc.returncode == 143, err[-2000:]
     assert err.count("server stopped") == 1 and "Traceback" not in err, err[-2000:]
@@ -415,11 +405,8 @@ def test_sigterm_while_the_first_report_is_computed_exits_143(data: Path,
     for attempt in range(8):
         fresh = tmp_path / f"mpl{attempt}"  # no font cache: the first report takes a while
         fresh.mkdir()
-        proc = subprocess.Popen([sys.executable, "-c", SERVE_NOW, "serve", str(data),
-                                 "--port", "0", "--no-rank"], cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=dict(os.environ, PYTHONPATH=str(REPO), **WITH_STACKS,
-                                         MPLCONFIGDIR=str(fresh)))
+        proc = start_python(["-c", SERVE_NOW, "serve", str(data), "--port", "0", "--no-rank"],
+                            MPLCONFIGDIR=str(fresh))
         try:
             assert proc.stdout is not None
             assert "serving the report" in proc.stdout.readline()

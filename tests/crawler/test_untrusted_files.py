@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from crawl_helpers import REPO, WITH_STACKS, ended
+from crawl_helpers import REPO, ended, start_python
 from crawldir_helpers import ordinary_pages, write_crawl
 
 from crawler.cli import main
@@ -187,10 +187,7 @@ def test_a_query_with_no_word_is_one_line(indexed: Path,
 @pytest.fixture
 def serving(indexed: Path) -> Iterator[int]:
     """``python -m crawler serve`` on the indexed crawl: its port."""
-    proc = subprocess.Popen([sys.executable, "-m", "crawler", "serve", str(indexed), "--port",
-                             "0", "--no-rank"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(REPO), **WITH_STACKS))
+    proc = start_python(["-m", "crawler", "serve", str(indexed), "--port", "0", "--no-rank"])
     try:
         assert proc.stdout is not None
         m = re.search(r"at http://127\.0\.0\.1:(\d+)/", proc.stdout.readline())
