@@ -20,10 +20,12 @@ Thread safety: a task touches only its own files.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 import os
 import signal
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -187,16 +189,45 @@ def _worker_init(stores: dict[int, tuple[str, int]]) -> None:
 
 
 def _submit(pool: ProcessPoolExecutor, task: Task) -> Future[Part]:
-    """``pool.submit`` with SIGINT and SIGTERM blocked meanwhile: a worker it starts
-    inherits the mask, so a Ctrl-C while the worker imports is no traceback of its own;
-    and the KeyboardInterrupt the CLI makes of either cannot cut the start of a worker
-    between its spawn and the data it is sent (it then printed EOFError's traceback). A
-    signal here waits the few microseconds, then reaches this process as usual."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
-    try:
+    """``pool.submit`` with SIGINT and SIGTERM held back meanwhile: a worker it starts
+    inherits the blocked mask, so a Ctrl-C while the worker imports is no traceback of its
+    own; and the KeyboardInterrupt the CLI makes of either cannot cut the start of a
+    worker between its spawn and the data it is sent (the worker then printed EOFError's
+    traceback). A signal here waits the few microseconds, then reaches this process as
+    usual."""
+    with _stops_held():
         return pool.submit(_worker_task, task)
+
+
+@contextlib.contextmanager
+def _stops_held() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked in this thread, and, in the main thread, their Python
+    handlers swapped for one that notes them: blocking alone does not hold back a
+    process-directed signal another thread takes (tantivy's writer threads, the pool's
+    own), whose Python handler still runs in the main thread at its next bytecode. What
+    came meanwhile is raised again, once each, when the block ends."""
+    came: list[int] = []
+
+    def note(signum: int, _frame: object) -> None:
+        if signum not in came:
+            came.append(signum)
+
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    old_handlers = {}
+    if threading.current_thread() is threading.main_thread():  # else signal.signal fails
+        for signum in _STOPS:
+            handler = signal.getsignal(signum)
+            if handler is not None:  # None: set outside Python, could not be put back
+                old_handlers[signum] = handler
+                signal.signal(signum, note)
+    try:
+        yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for signum, handler in old_handlers.items():
+            signal.signal(signum, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        for signum in came:
+            signal.raise_signal(signum)
 
 
 def _stop_now(pool: ProcessPoolExecutor) -> None:

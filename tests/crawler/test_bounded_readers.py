@@ -14,8 +14,10 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from crawl_helpers import REPO
@@ -33,6 +35,7 @@ from crawler.read.htmlbounds import (
 from crawler.read.markdown import markdown_file
 from crawler.read.pagejson import read_text_fields
 from crawler.read.pagetext import page_text, read_html, read_markdown
+from crawler.search import reading
 from crawler.search.indexer import index_crawl
 from crawler.search.query import Searcher
 from crawler.web.urls import url_key
@@ -227,6 +230,45 @@ def test_index_stops_at_once_with_its_workers(signum: signal.Signals, code: int,
             break
         time.sleep(0.05)
     assert living(proc.pid) == []
+
+
+def test_a_stop_taken_by_another_thread_waits_for_a_worker_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM the kernel hands to another thread (tantivy's, the pool's) still runs
+    the CLI's handler in the main thread: blocking it in the main thread alone let that
+    KeyboardInterrupt cut a worker's start between its spawn and its data (the worker's
+    EOFError traceback, seen under CI's load). The start runs to its end, then the stop
+    comes."""
+    assert threading.current_thread() is threading.main_thread()
+    other_ready, other_done = threading.Event(), threading.Event()
+    other = threading.Thread(target=lambda: (other_ready.set(), other_done.wait(30)),
+                             daemon=True)
+    other.start()
+    other_ready.wait(30)
+    assert other.ident is not None
+    finished = []
+
+    def submit(fn: object, task: object) -> str:  # a start the signal must not cut
+        signal.pthread_kill(other.ident, signal.SIGTERM)
+        for _ in range(50):  # bytecodes: where the main thread runs a Python handler
+            time.sleep(0.002)
+        finished.append(task)
+        return "future"
+
+    pool = SimpleNamespace(submit=submit)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # as the CLI does with SIGTERM
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            reading._submit(pool, "task")  # type: ignore[arg-type]
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        other_done.set()
+    assert finished == ["task"]  # the start ran whole, and the stop was not lost
+    assert signal.getsignal(signal.SIGTERM) is old
 
 
 def wait_for_reading_workers(group: int, store: Path) -> None:
