@@ -226,8 +226,8 @@ def _stops_held() -> Iterator[None]:
         for signum, handler in old_handlers.items():
             signal.signal(signum, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        for signum in came:
-            signal.raise_signal(signum)
+        for got in came:
+            signal.raise_signal(got)
 
 
 def _stop_now(pool: ProcessPoolExecutor) -> None:

@@ -241,15 +241,20 @@ def test_a_stop_taken_by_another_thread_waits_for_a_worker_start(
     comes."""
     assert threading.current_thread() is threading.main_thread()
     other_ready, other_done = threading.Event(), threading.Event()
-    other = threading.Thread(target=lambda: (other_ready.set(), other_done.wait(30)),
-                             daemon=True)
+
+    def idle() -> None:
+        other_ready.set()
+        other_done.wait(30)
+
+    other = threading.Thread(target=idle, daemon=True)
     other.start()
     other_ready.wait(30)
-    assert other.ident is not None
+    ident = other.ident
+    assert ident is not None
     finished = []
 
     def submit(fn: object, task: object) -> str:  # a start the signal must not cut
-        signal.pthread_kill(other.ident, signal.SIGTERM)
+        signal.pthread_kill(ident, signal.SIGTERM)
         for _ in range(50):  # bytecodes: where the main thread runs a Python handler
             time.sleep(0.002)
         finished.append(task)
