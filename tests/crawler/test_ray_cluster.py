@@ -35,16 +35,16 @@ pytest.importorskip("ray", reason="the [ray] extra is not installed")  # CI inst
 pytestmark = [pytest.mark.ci_may_skip(NAMESPACES), pytest.mark.system_packages("iproute2")]
 
 MakeWeb = Callable[..., TestWeb]
-SHARDS = 6  # 2 on each of the 3 nodes
+SHARDS = 3  # one on each of the 3 nodes: what a node's loss proves needs no more
 THREADS = 8
-HOSTS = 14  # the fewest h0.test... that give each of the 6 shards a host
+HOSTS = 14  # several hosts for each shard, before and after the reshard to 2
 
 
 def start(cluster: Cluster, web: TestWeb, rel: str, log: Path,
           *extra: str, shards: int = SHARDS) -> subprocess.Popen[bytes]:
     """The crawl's driver, on the head node (a Ray driver attaches to its node's raylet),
     its DIR the cluster's mount/``rel`` (on every node: that node's own root)."""
-    # Every timeout 60 s: on two loaded cores 6 shards, 3 Ray nodes and the test web (its
+    # Every timeout 60 s: on two loaded cores the shards, 3 Ray nodes and the test web (its
     # DNS server too) share the CPU, and a fetch, connect or lookup that outlasts its
     # timeout is retried (a refetch) or, for a lookup or a connect, marks the host bad
     # and records its pages bad_host (seen in CI: 6 actors starting at once starved the
@@ -152,7 +152,7 @@ def test_a_lost_node_waits_and_its_return_resumes_its_shards_with_nothing_lost(
                        address=cluster.gateway)
     want = set(web.oracle.crawl().fetched)
     log = tmp_path / "crawl.log"
-    lost = 2  # node 2 holds shards 2 and 5
+    lost = 2  # node 2 holds shard 2
     gone = {i for i in range(SHARDS) if i % len(cluster.nodes) == lost}
     proc = start(cluster, web, "lost", log, "--per-host", "2")
     try:
@@ -218,7 +218,7 @@ def test_a_node_back_before_rays_verdict_resumes_its_shards_with_nothing_lost(
                        address=cluster.gateway)
     want = set(web.oracle.crawl().fetched)
     log = tmp_path / "crawl.log"
-    lost = 1  # node 1 holds shards 1 and 4
+    lost = 1  # node 1 holds shard 1
     gone = {i for i in range(SHARDS) if i % len(cluster.nodes) == lost}
     proc = start(cluster, web, "rebooted", log, "--per-host", "2")
     try:
@@ -304,7 +304,8 @@ def test_a_crawl_over_three_nodes_is_resharded_and_resumes_on_them(
 ) -> None:
     """docs/SHARDS.md's way for a crawl of several nodes: every shard directory gathered
     on one machine, ``reshard`` there, each new shard copied to the node the new ray.json
-    names; the resumed crawl ends == oracle, no page fetched twice."""
+    names (here 3 shards, one a node, made 2: the third node's pages move to the other
+    two); the resumed crawl ends == oracle, no page fetched twice."""
     cluster = ray_cluster
     web = make_testweb(pages=500, hosts=HOSTS, seed=17, crawl_delay=0.0,
                        address=cluster.gateway)
@@ -321,10 +322,10 @@ def test_a_crawl_over_three_nodes_is_resharded_and_resumes_on_them(
     for i in range(SHARDS):
         shutil.copytree(shard_path(cluster, "resharded", i, SHARDS), gathered / f"shard-{i:02d}")
     capsys.readouterr()
-    assert main(["reshard", str(gathered), "--shards", "3"]) == 0
+    assert main(["reshard", str(gathered), "--shards", "2"]) == 0
     said = capsys.readouterr().out
     nodes = json.loads((gathered / "ray.json").read_text())["nodes"]
-    assert sorted(nodes) == sorted(n.address for n in cluster.nodes)  # one new shard a node
+    assert nodes == sorted(n.address for n in cluster.nodes)[:2]  # round-robin, address order
     for i, address in enumerate(nodes):
         assert f"shard-{i:02d}" in said and address in said  # the command says where
     # placed: every node's old shards gone, the top-level files everywhere, each new
@@ -336,11 +337,11 @@ def test_a_crawl_over_three_nodes_is_resharded_and_resumes_on_them(
         for i, address in enumerate(nodes):
             if address == n.address:
                 shutil.copytree(gathered / f"shard-{i:02d}", mine / f"shard-{i:02d}")
-    proc = start(cluster, web, "resharded", log, shards=3)
+    proc = start(cluster, web, "resharded", log, shards=2)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, tail(log)
     got = summary(out.decode())
-    assert got["complete"] is True and got["shards"] == 3
-    assert cluster_fetched(cluster, "resharded", 3) == want
+    assert got["complete"] is True and got["shards"] == 2
+    assert cluster_fetched(cluster, "resharded", 2) == want
     assert page_refetches(web) == {}
     assert placement(cluster, "resharded") == nodes
