@@ -203,9 +203,9 @@ def _submit(pool: ProcessPoolExecutor, task: Task) -> Future[Part]:
 def _stops_held() -> Iterator[None]:
     """SIGINT and SIGTERM blocked in this thread, and, in the main thread, their Python
     handlers swapped for one that notes them: blocking alone does not hold back a
-    process-directed signal another thread takes (tantivy's writer threads, the pool's
-    own), whose Python handler still runs in the main thread at its next bytecode. What
-    came meanwhile is raised again, once each, when the block ends."""
+    process-directed signal another thread takes (tantivy's writer threads, started
+    before), whose Python handler still runs in the main thread at its next bytecode.
+    What came meanwhile is raised again, once each, when the block ends."""
     came: list[int] = []
 
     def note(signum: int, _frame: object) -> None:
