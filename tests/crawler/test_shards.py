@@ -407,11 +407,11 @@ def test_kill9_of_shards_and_supervisor_loses_nothing(
                      if shard in affected and start <= back and t <= next_start]
             assert cause, (url, reqs, kills)
             per_kill[cause[0]] += 1
-    for i, (t, gone, affected, _back) in enumerate(kills):
+    for i, (t, _gone, affected, back) in enumerate(kills):
         open_then = sum(  # fetches of the affected shards' hosts open during the kill
-            1 for r in web.log.records()
+            1 for r in web.log.records()  # (read by the server before a replacement ran)
             if not r.target.endswith("/robots.txt") and owner(r.host, count) in affected
-            and r.start <= gone and (r.end is None or r.end >= t)
+            and r.start <= back and (r.end is None or r.end >= t)
         )
         # the committer holds at most a thread count of finished outcomes (frontier)
         assert per_kill[i] <= open_then + THREADS, (i, per_kill[i], open_then)
