@@ -13,8 +13,9 @@ from tools.proc_cpu import UNSEEN, kind, merge
 REPO = Path(__file__).resolve().parents[2]
 
 # A child that uses a second of CPU (its own, however busy the machine), then idles
-# long enough to be read once more before it ends.
-BURN = ("import time\n"
+# long enough to be read once more before it ends. Its first words are its own: its kind
+# is no other test's child, running beside it on another worker.
+BURN = ("proc_cpu_burner = 1; import time\n"
         "while time.process_time() < 1.0: pass\n"
         "time.sleep(1.5)\n")
 
@@ -30,7 +31,7 @@ def test_a_child_burning_a_second_is_its_own_row_and_its_exit_code_is_kept(
     found = json.loads(out.read_text())
     kinds, total = found["kinds"], found["cpu_s"]
     assert found["exit"] == 3 and found["wall_s"] >= 2.5
-    assert 0.9 <= kinds["python -c import time"] <= 1.5, kinds  # its second, read after it
+    assert 0.9 <= kinds["python -c proc_cpu_burner ="] <= 1.5, kinds  # its second
     # the kinds add up to the machine's busy time meanwhile (what ran before, the kernel's
     # threads and this test's own process, counted from the start only), within the
     # kernel's two ways of counting
@@ -38,7 +39,7 @@ def test_a_child_burning_a_second_is_its_own_row_and_its_exit_code_is_kept(
     assert UNSEEN in kinds
     printed = done.stdout.splitlines()
     assert printed[0].startswith(f"{total:9.1f} CPU-s") and any(
-        line.endswith("  python -c import time") for line in printed)
+        line.endswith("  python -c proc_cpu_burner =") for line in printed)
 
 
 def test_a_process_keeps_its_kind_once_its_command_line_is_gone() -> None:
