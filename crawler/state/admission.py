@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import operator
 import os
+import threading
 from typing import Any, Protocol, TextIO
 
 import numpy as np
@@ -31,6 +32,24 @@ class KnownKeys(Protocol):
     """A store or key set that answers "which of these keys do you hold?"."""
 
     def contains_many(self, keys: Any) -> np.ndarray: ...
+
+
+class HeldTogether:
+    """Key sets asked as one, under ``lock``. A key moves between them under that lock
+    (the frontier's claim: PendSet to ProcessingSet; a release: back), so asked one after
+    the other it could be in neither at the moments they were asked, and be admitted
+    again: a second bulk, and one pending URL too many in status's counters."""
+
+    def __init__(self, lock: threading.Lock, *sets: KnownKeys) -> None:
+        self._lock = lock
+        self._sets = sets
+
+    def contains_many(self, keys: Any) -> np.ndarray:
+        with self._lock:
+            found = self._sets[0].contains_many(keys)
+            for known_by in self._sets[1:]:
+                found = found | known_by.contains_many(keys)
+        return found
 
 
 def keys_array(keys: list[bytes]) -> np.ndarray:

@@ -39,7 +39,9 @@ so the wait cannot deadlock; after a failed commit ``submit`` no longer waits
 
 Admission dedup (MainDB, PendSet, ProcessingSet, this batch) happens only in
 the committer, so two pages linking the same URL cannot both admit it; it is
-crawler.state.admission, which also writes ``urls.log``.
+crawler.state.admission, which also writes ``urls.log``. It asks PendSet and
+ProcessingSet together under the claims' lock: a release moves a URL back from
+one to the other, and asked apart it could be in neither.
 
 One shard of several (a ``router`` given): step 1 also writes the links for
 other shards' hosts to the outbox (crawler.state.outbox), flushed, so they
@@ -64,7 +66,7 @@ from ..config import DEFAULT_SYNC_INTERVAL
 from ..exceptions import CrawlerError, DataDirError
 from ..web.urls import url_key
 from . import compaction
-from .admission import DEFAULT_RECENT_KEYS, DEFAULT_VECTOR_BATCH, Admission
+from .admission import DEFAULT_RECENT_KEYS, DEFAULT_VECTOR_BATCH, Admission, HeldTogether
 from .admission import keys_array as _keys_array
 from .bulkclaims import RELEASE_COOLDOWN, BulkClaims
 from .depths import Depths, Expand
@@ -219,7 +221,7 @@ class Frontier:
         self._failed: BaseException | None = None  # a commit failed: write nothing more
         self._admission = Admission(
             os.path.join(data_dir, URL_LOG_NAME),
-            (self.main, self.pend_set, self.processing),
+            (self.main, HeldTogether(self._lock, self.pend_set, self.processing)),
             recent_keys=recent_keys,
         )
         # status's numbers, kept per commit (crawler.state.tally)

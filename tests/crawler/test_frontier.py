@@ -429,3 +429,39 @@ def test_pend_db_is_compacted_once_most_of_it_is_dead(tmp_path: Path) -> None:
     again = Frontier(str(tmp_path), bulk_size=5)
     assert again.counts()["pending"] == 2000 - len(claimed) and len(again.main) == len(claimed)
     again.close()
+
+
+def test_a_link_to_a_url_being_released_is_not_admitted_again(tmp_path: Path) -> None:
+    """A worker's release moves a URL from ProcessingSet back to PendSet while the
+    committer asks whether a link is known. Asked one set after the other, the link could
+    fall between them: admitted a second time (a second bulk), counted pending twice, so
+    status's counters stayed one above ``status --recount`` after the crawl ended (seen
+    in CI). The two are asked together, under the lock a claim and a release take."""
+    f = Frontier(str(tmp_path), bulk_size=2)
+    f.add_seeds([Pending(u(0)), Pending(u(1))])
+    f.commit()
+    f.close()
+    f = Frontier(str(tmp_path), bulk_size=2)  # admission's cache of recent keys is empty
+    claimed = claim_all(f)
+    c0, c1 = sorted(claimed, key=lambda c: c.entry.url)
+    asked = f.pend_set.contains_many
+    releasers: list[threading.Thread] = []
+
+    def then_released(keys: object) -> object:
+        found = asked(keys)  # u1 is in ProcessingSet still: not here
+        if not releasers:  # the release, when it can run at once, before the next ask
+            releasers.append(threading.Thread(target=f.release, args=(c1,)))
+            releasers[0].start()
+            releasers[0].join(0.5)
+        return found
+
+    f.pend_set.contains_many = then_released  # type: ignore[method-assign]
+    f.submit(Outcome(c0, page(c0), links=[link(1)]))
+    f.commit()
+    assert releasers
+    releasers[0].join()
+    del f.pend_set.contains_many
+    assert f.counts()["admitted"] == 0
+    assert f.tally.tally is not None and f.tally.tally.pending == 1  # u1 alone
+    assert len(f.pend) == 1  # u1's first bulk, no second one
+    f.close()
