@@ -16,6 +16,8 @@
   even in a test marked ``ci_may_skip`` (CI installs every package of the list).
 - The project's packages are compiled to bytecode once, before the workers start
   (:func:`compile_once`).
+- The tests' temporary files are in memory (/dev/shm) where the machine has room for
+  them, unless ``--basetemp`` says where (tests/memtmp.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import memtmp
 import pytest
 
 from tools import system_packages
@@ -86,7 +89,9 @@ def _missing_package(report: pytest.TestReport) -> bool:
     return reason.removeprefix("Skipped: ").startswith(system_packages.MISSING)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path plugin reads --basetemp
 def pytest_configure(config: pytest.Config) -> None:
+    memtmp.use_memory(config)
     config.addinivalue_line(
         "markers",
         f"{CI_MAY_SKIP}(reason): this test may skip in CI (the reason says why); "

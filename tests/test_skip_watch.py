@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -236,7 +237,8 @@ def test_on_xdist_workers_a_skip_still_fails_ci_and_a_file_stays_on_one_worker(
     pytester.makepyfile(**XDIST_TESTS)
     pytester.makeini("[pytest]\nmarkers =\n    slow: long\n")
     monkeypatch.setenv("CI", "1")
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))  # tools/, for conftest
+    # tools/ and tests/memtmp.py, for conftest
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(map(str, Path(__file__).parents[:2])))
     options = ["-p", "xdist", *suite_xdist_options(), "-v", "-ra"]
     result = pytester.runpytest_subprocess(*options, "-n", "2")
     result.assert_outcomes(passed=6, skipped=1)
