@@ -56,6 +56,10 @@ log = logging.getLogger(__name__)
 MAX_RESTARTS = 20  # Ray's restarts of one shard's actor in a run
 MAX_CONCURRENCY = 32  # actor methods at once: admits from every sender, reports, controls
 WAIT_LOG_EVERY = 30.0  # seconds between "shard K is down" lines
+# Seconds a shard that answered may miss rounds before it counts as down: on a loaded
+# machine a healthy actor's report can take longer than a round (seen: two busy loops
+# beside the suite had shards 0 and 1 logged down with the lost node's shard 2).
+SLOW_GRACE = 5.0
 STOP_WAIT = 120.0  # seconds a stop waits for every shard's end before killing the rest
 PROBE_COST = 0.0025  # seconds of probe interval per shard (see RayDriver.__init__)
 
@@ -70,6 +74,7 @@ class _RayShard(ShardTally):
     logged_down: float | None = None  # when this outage was last logged
     recreated: bool = False  # its actor was created again by the driver (a lost node)
     node_ref: str | None = None  # the Ray node id its actor was last created on
+    answered_at: float | None = None  # when the round it last answered began
 
     def is_down(self, now: float) -> bool:
         """It did not answer (or has no actor): whether to log that now. The first
@@ -85,9 +90,16 @@ class _RayShard(ShardTally):
         self.logged_down = now
         return True
 
-    def is_up(self) -> None:
-        """It answered: the next outage is logged at once."""
+    def is_up(self, now: float) -> None:
+        """It answered (the round that began at ``now``): the next outage is logged at
+        once."""
         self.down_since = self.logged_down = None
+        self.answered_at = now
+
+    def late(self, now: float) -> bool:
+        """No answer in the round that began at ``now``, but one within SLOW_GRACE:
+        slow (a loaded machine), not down yet; its last report stands."""
+        return self.answered_at is not None and now - self.answered_at < SLOW_GRACE
 
     def new_incarnation(self, token: str) -> bool:
         """A report with ``token``: True when it is not the incarnation seen so far (the
@@ -284,6 +296,8 @@ class RayDriver(Overview):
             s = self.shards[index]
             try:
                 if ref not in done:
+                    if s.late(now):
+                        continue  # not counted as answered: no completion this round
                     raise TimeoutError("no answer in time")
                 got = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - restarting, dead, or unreachable
@@ -296,7 +310,7 @@ class RayDriver(Overview):
                     log.warning("shard %d: Ray let go of its actor (its node %s was "
                                 "lost); it is created again on that node", s.index, s.node)
                 continue
-            s.is_up()
+            s.is_up(now)
             self._take(s, got)
             answered += 1
         if answered == len(self.shards) and not any(s.exited for s in self.shards):

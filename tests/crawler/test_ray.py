@@ -432,13 +432,27 @@ def test_a_shard_is_logged_down_at_once_when_lost_and_not_while_its_actor_starts
     assert not s.is_down(0.0)  # its actor has not answered yet: starting, not down
     assert not s.is_down(WAIT_LOG_EVERY - 1)
     assert s.is_down(WAIT_LOG_EVERY)  # silent that long: said
-    s.is_up()
+    s.is_up(WAIT_LOG_EVERY)
     assert s.new_incarnation("one")
     assert s.is_down(100.0)  # up, then lost (a node's power cut): said at once
     assert not s.is_down(101.0)
     assert s.is_down(100.0 + WAIT_LOG_EVERY)  # and again every WAIT_LOG_EVERY
-    s.is_up()
+    s.is_up(135.0)
     assert s.is_down(140.0)  # the next outage: at once again, not 30 s after the last line
+
+
+def test_a_shard_slow_to_answer_is_late_before_it_is_down() -> None:
+    """A round without its answer soon after one with it is a loaded machine's delay,
+    not a loss (the driver does not log it down, and keeps its last report)."""
+    from crawler.run.raydriver import SLOW_GRACE, _RayShard
+
+    s = _RayShard(0)
+    assert not s.late(0.0)  # never answered: a starting actor, handled as before
+    s.is_up(10.0)
+    assert s.late(10.2) and s.late(10.0 + SLOW_GRACE - 0.1)
+    assert not s.late(10.0 + SLOW_GRACE)  # silent that long: down
+    s.is_up(20.0)
+    assert s.late(21.0)  # each answer starts the grace again
 
 
 def test_a_lost_incarnations_fetches_are_counted_from_its_last_report() -> None:
