@@ -28,15 +28,6 @@ def pytest_configure(config):
 """
 
 TEST = """
-import memtmp
-import pytest
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config):
-    memtmp.use_memory(config)
-"""
-
-TEST = """
 import os
 
 def test_notes_where(tmp_path):

@@ -96,10 +96,11 @@ class Admission:
         """The candidates never seen before (first offer of each wins), and their keys.
 
         Order of the checks, cheapest first: this batch (a dict built in C), then
-        for a small batch the recent-keys cache (Python sets), then MainDB,
-        PendSet and ProcessingSet, each asked only about the keys the previous
-        ones did not know. A big batch skips the cache: the stores' vectorized
-        lookups cost less per key than a Python loop over it."""
+        for a small batch the recent-keys cache (Python sets), then each of
+        ``known_by`` (the frontier's: MainDB, then PendSet and ProcessingSet asked
+        together, ``HeldTogether``), each asked only about the keys the ones before
+        did not know. A big batch skips the cache: the stores' vectorized lookups
+        cost less per key than a Python loop over it."""
         fresh = dict(reversed(candidates))  # the first offer of a key is the one kept
         keys = list(dict.fromkeys(map(operator.itemgetter(0), candidates)))  # in offer order
         small = len(keys) < DEFAULT_VECTOR_BATCH

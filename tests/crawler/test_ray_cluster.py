@@ -168,15 +168,15 @@ def test_a_lost_node_waits_and_its_return_resumes_its_shards_with_nothing_lost(
         t_dead = time.time()
         # (counted from the loss: by the time the driver is sure of it, 5 s without an
         # answer, the others may have fetched all they can reach without shard 2)
-        before = answered_for(web, set(range(SHARDS)) - gone)
+        others = set(range(SHARDS)) - gone
+        before = answered_for(web, others)
         # The driver sees the shards gone; the others crawl on and keep the lost
         # shards' links in their outboxes (on their own disks)
         wait_until(lambda: driver_status(cluster, "lost").get("shards_up") == SHARDS - len(gone),
                    "the driver seeing the lost shards", 180)
         wait_until(lambda: sum(int(s.get("outbox", 0)) for s in per_shard(cluster, "lost")) > 0,
                    "links for the lost shards waiting in outboxes", 120)
-        wait_until(lambda: answered_for(web, set(range(SHARDS)) - gone) > before,
-                   "the others crawling on", 120)
+        wait_until(lambda: answered_for(web, others) > before, "the others crawling on", 120)
         assert main(["status", str(Path(cluster.nodes[0].root, "lost")), "--json"]) == 0
         info = json.loads(capsys.readouterr().out)
         assert info["running"] is True and info["shards_down"] == sorted(gone)
