@@ -81,12 +81,14 @@ class ReadBounds:
     max_nesting_work: int = DEFAULT_MAX_NESTING_WORK
     page_seconds: float = DEFAULT_PAGE_SECONDS
 
-    def plain_reason(self, html: str, started: float) -> str:
+    def plain_reason(self, html: str, started: float, *, nesting: bool = True) -> str:
         """Why ``html``, whose reading began at ``started`` (time.monotonic), is read
-        from its plain text rather than its main content; "" when it need not be."""
+        from its plain text rather than its main content; "" when it need not be.
+        ``nesting=False`` for a reader whose main-content rule is linear in the page
+        (crawler.read.mainblocks): its time budget alone."""
         if time.monotonic() - started >= self.page_seconds:
             return OVER_BUDGET
-        if nesting_work(html, self.max_nesting_work) > self.max_nesting_work:
+        if nesting and nesting_work(html, self.max_nesting_work) > self.max_nesting_work:
             return NESTED
         return ""
 

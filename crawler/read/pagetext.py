@@ -1,19 +1,25 @@
 """What the search index reads from one stored page: its main content without boilerplate,
-title, description, headings, language, links with their text, and a SimHash.
+title, description, headings, language, links with their text, and a SimHash; and the
+Markdown export's reading of a page.
 
-resiliparse does the reading (chosen by measurement over trafilatura and
-readability-lxml: docs/SEARCH.md, tools/bench_extract.py): one parse of the page into
-lexbor's DOM, then its main-content extraction (navigation, footers and sidebars left
-out) and its language detector over the text extracted. resiliparse's rule is made for
-the open web, and drops what documentation is made of: a list near the top of the body
-or one whose items link (DocBook's variable lists: libpq-envars.html kept 929 of 4,110
-characters), release notes' bullet lists. So the page's whole visible text without the
-parts that are boilerplate by their markup (:data:`BOILERPLATE`: nav, aside, footer,
-ARIA landmarks, the navigation bars and sidebars of DocBook and Sphinx) is read too, and
-when the main-content rule kept less than :data:`MAIN_SHARE` of it, that text is used
-instead, unless that text is mostly links (:data:`MAX_LINK_SHARE`: a table of contents,
-whose link lists the rule is right to drop): so a heuristic does not drop most of a
-page's prose, and no page is indexed empty.
+resiliparse parses the page into lexbor's DOM and renders it once into minimal HTML (one
+block a line, links and headings kept), leaving out what is boilerplate by its markup
+wherever it is (:data:`BOILERPLATE`: nav, aside, footer, ARIA landmarks, the navigation
+bars, sidebars and footers of DocBook and Sphinx). The index reads everything from that
+one rendering: headings, links with their text, and the main content, chosen among its
+blocks by crawler.read.mainblocks' rule (the run of blocks worth the most, prose paying
+for the links and short lines among it). That rule replaced resiliparse's main-content
+extraction for the index (issue 44): as good on the open web's articles, it keeps what
+documentation is made of (lists, admonitions, DocBook's variable lists, which
+resiliparse's rule dropped), and it costs one pass over the rendering instead of a
+second, quadratic one over the DOM (docs/SEARCH.md has the numbers). A page whose blocks
+are worth nothing (a page of short lines) is read from all of that rendering.
+
+The Markdown export (:func:`read_markdown`) still uses resiliparse's main-content rule,
+which writes the structure it keeps (lists, tables) as minimal HTML, with two guards for
+documentation: :func:`deepen_lists` (its rule drops every list near the top of the body)
+and :func:`main_or_whole` (when it kept less than :data:`MAIN_SHARE` of the page's text
+without BOILERPLATE, and what it dropped is not mostly links, that text is used).
 
 The names a page defines are its ``id`` attributes (and ``<a name>``): on a reference
 page those are the names it documents (``asyncio.Lock.release``, ``GUC-WORK-MEM``), which
@@ -25,9 +31,11 @@ it holds: a page past that is indexed by its start), at most ``text_limit`` char
 of text kept, :data:`MAX_LINKS` links with text, each cut at :data:`MAX_ANCHOR_TEXT`;
 the title, description, headings and names are cut too. A body that is not text
 (crawler.read.listing.is_text) gives no document; a text body that is not HTML gives
-its text alone. Main-content extraction, the one step whose cost is not linear in the
-page, runs only within crawler.read.htmlbounds' bounds (nesting, a time budget a page):
-past them the page is read from all its visible text, and ``PageText.plain`` says why.
+its text alone. Every step of the index's reading is linear in the page; it stops at
+crawler.read.htmlbounds' time budget a page, past which the page is read from all of
+its rendering (``PageText.plain`` says why). The Markdown export's main-content
+extraction is not linear (resiliparse's rule walks under every ``<div>``): it runs only
+within the nesting bound too.
 
 Thread safety: pure functions (resiliparse releases nothing shared).
 """
@@ -49,6 +57,7 @@ from resiliparse.parse.lang import detect_fast
 from ..state.pages import PageRecord
 from ..web.links import is_html, sniff_charset
 from .htmlbounds import DEFAULT_BOUNDS, ReadBounds
+from .mainblocks import main_blocks
 from .mdrender import QUOTE_CLOSE, QUOTE_OPEN, mark_page, md_text, outline_markdown
 from .simhash import simhash
 
@@ -76,7 +85,7 @@ MIN_LANG_TEXT = 40
 # .headerlink its pilcrows.
 BOILERPLATE = ["nav", "aside", "footer", "body > header", "[role=navigation]", "[role=banner]",
                "[role=contentinfo]", "[role=complementary]", "[role=search]", ".navheader",
-               ".navfooter", ".sphinxsidebar", ".related", ".headerlink"]
+               ".navfooter", ".sphinxsidebar", ".related", ".headerlink", ".footer", "#footer"]
 # The main-content rule's text is used if it is at least this share of the whole text
 # without BOILERPLATE; below it, the rule dropped content, not boilerplate (module doc).
 # Chosen on tools/bench_search_info.py's two manuals (docs/SEARCH.md).
@@ -299,8 +308,9 @@ def main_or_whole(main: str, whole: str) -> str:
     return whole if shown else main
 
 
-def _plain_reason(html: str, url: str, bounds: ReadBounds, started: float) -> str:
-    why = bounds.plain_reason(html, started)
+def _plain_reason(html: str, url: str, bounds: ReadBounds, started: float, *,
+                  nesting: bool = True) -> str:
+    why = bounds.plain_reason(html, started, nesting=nesting)
     if why:
         log.debug("%s: read from its plain text (%s)", url, why)
     return why
@@ -357,15 +367,12 @@ def read_html(html: str, url: str, *, text_limit: int = DEFAULT_TEXT_LIMIT,
         if pair[0] and pair[1] and pair not in seen:  # a menu repeated: read once
             seen.add(pair)
             out.links.append(pair)
-    out.plain = _plain_reason(html, url, bounds, started)
-    main = ""
-    if not out.plain:
-        deepen_lists(tree)
-        main = extract_plain_text(tree, main_content=True, skip_elements=BOILERPLATE,
-                                  alt_texts=False, list_bullets=False)
-        if main_or_whole(main, outline) is outline:  # (the whole: as plain text)
-            main = unescape(_TAG.sub("", outline))
-    if not main.strip():  # past the bounds, or nothing but boilerplate: all of it
+    # (the main-content rule is linear in the page: the time budget alone bounds it)
+    out.plain = _plain_reason(html, url, bounds, started, nesting=False)
+    main = "" if out.plain else unescape(_TAG.sub("", main_blocks(outline)))
+    if not main.strip():  # no block worth a main content (or past the bounds): all of it
+        main = unescape(_TAG.sub("", outline))
+    if not main.strip():  # nothing but boilerplate: that, rather than nothing
         main = extract_plain_text(tree, alt_texts=False, list_bullets=False)
     out.text = _one_line(main, text_limit)
     out.lang = detect_language(out.text, declared)

@@ -90,14 +90,14 @@ class IndexStats:
     documents: int = 0  # documents in the index at the end
     rebuilt: int = 0  # shards rebuilt from nothing
     skipped: int = 0  # damaged records
-    # pages indexed from their plain text, not their main content: nested too deeply or
-    # over the time budget a page (crawler.read.htmlbounds)
+    # pages indexed from their plain text, not their main content: over the time budget
+    # a page (crawler.read.htmlbounds; the index's main-content rule needs no other bound)
     plain: int = 0
     seconds: float = 0.0
 
     def summary(self) -> str:
-        plain = (f"; {self.plain:,} read from their plain text (nested too deeply or over "
-                 "the time budget a page: docs/BOUNDS.md)" if self.plain else "")
+        plain = (f"; {self.plain:,} read from their plain text (over the time budget a "
+                 "page: docs/BOUNDS.md)" if self.plain else "")
         return (f"indexed {self.indexed:,} pages ({self.read:,} records read, "
                 f"{self.reanchored:,} for new anchor text), removed {self.removed:,}; "
                 f"{self.documents:,} documents in {self.shards} shard index(es) "

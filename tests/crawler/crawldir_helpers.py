@@ -40,12 +40,13 @@ def page_record(url: str, html: str, fetched_at: float = 1.7e9) -> PageRecord:
                       content_type="text/html; charset=utf-8", body=html.encode("utf-8"))
 
 
-def write_crawl(data: Path, pages: dict[str, str]) -> Path:
-    """A crawl directory (one shard) holding ``pages`` (URL -> HTML) as fetched pages."""
+def write_crawl(data: Path, pages: dict[str, str], *, level: int = 6) -> Path:
+    """A crawl directory (one shard) holding ``pages`` (URL -> HTML) as fetched pages,
+    their bodies compressed at zlib ``level``."""
     data.mkdir(parents=True, exist_ok=True)
     with kvstore.open(data / "main") as db:
         for url, html in pages.items():
-            db[url_key(url)] = encode_page(page_record(url, html))
+            db[url_key(url)] = encode_page(page_record(url, html), level=level)
     return data
 
 

@@ -1,0 +1,148 @@
+"""The main content of a page, chosen among the blocks of its minimal-HTML rendering: the
+index's own main-content rule (issue 44).
+
+The index reads a page once: resiliparse renders it into minimal HTML (crawler.read.pagetext:
+one block a line, its links kept, what is boilerplate by its markup left out), and the
+page's headings, links and text all come from that one rendering. The main content is a
+run of those blocks, chosen by a rule that costs one pass over them:
+
+- each block is worth its visible characters, less :data:`LINK_WEIGHT` times those in
+  links, less :data:`BLOCK_COST`: prose is worth its length; a menu, a tag cloud, a list
+  of related links is worth less than nothing; a short line alone ("Share", "Log in",
+  a date) a little less than nothing;
+- the main content is the run of consecutive blocks worth the most together (the
+  maximum-sum run, one pass): an article's lists, short notes, headings, code lines and
+  a paragraph with a link inside it are kept, because the prose around them pays for
+  them; the navigation before it and the link lists after it are not, because no prose
+  beyond them pays for their cost.
+
+Measured against resiliparse's main-content rule, the one the index used before
+(tools/bench_extract.py, docs/SEARCH.md): the same token F1 on 181 news pages of the open
+web (Scrapinghub's article-extraction benchmark), a little lower on documentation (a
+chapter's table of contents, all links, is left out), at a third of the cost; and it is
+linear in the page, so it needs no nesting bound (crawler.read.htmlbounds).
+
+What it gets wrong: a short line after the last prose (a last list item of one word, a
+closing "Thanks.") pays for nothing after it and is left out; a run of teasers after an
+article (related stories, each a linked title and a line of text) can be worth more than
+the links between them and joins the article. Both are in the benchmark's figures.
+
+Thread safety: pure functions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+# A block's worth: visible characters - LINK_WEIGHT x characters in links - BLOCK_COST.
+# Chosen on the news benchmark and the two manuals of tools/bench_extract.py (weights
+# 1.5-3 and costs 5-20 tried; docs/SEARCH.md): a block all links is worth minus its length.
+LINK_WEIGHT = 2.0
+BLOCK_COST = 10.0
+
+_TAG = re.compile(r"<[^>]*>")
+# A link's text in resiliparse's minimal HTML; it stops at the next link tag (a lazy
+# ".*?" would scan from every unclosed one to the end: quadratic on a hostile page)
+_LINK_TEXT = re.compile(r'<a href="[^"]*">((?:[^<]|<(?!/?a[ >]))*)</a>')
+# A <pre> block whole, from its tag to its end tag (resiliparse closes every one; one left
+# open is read as lines like the others); it stops at the next <pre> tag: one pass
+_PRE = re.compile(r"(<pre>(?:[^<]|<(?!/?pre>))*</pre>)")
+
+
+def _pieces(outline: str) -> Iterator[tuple[bool, str]]:
+    """(is a ``<pre>`` block, text) in order: each ``<pre>`` whole, and the runs of lines
+    between them without the line breaks that part them from a ``<pre>``."""
+    pieces = _PRE.split(outline)
+    last = len(pieces) - 1
+    for n, piece in enumerate(pieces):
+        if n % 2:
+            yield True, piece
+            continue
+        if n > 0 and piece.startswith("\n"):
+            piece = piece[1:]
+        if n < last and piece.endswith("\n"):
+            piece = piece[:-1]
+        if piece or last == 0:
+            yield False, piece
+
+
+def blocks(outline: str) -> list[str]:
+    """The blocks of a minimal-HTML rendering: its lines, a ``<pre>`` one block however
+    many lines it has."""
+    out: list[str] = []
+    for pre, piece in _pieces(outline):
+        if pre:
+            out.append(piece)
+        else:
+            out += piece.split("\n")
+    return out
+
+
+def worth(block: str) -> float:
+    """What ``block`` is worth to the main content (the module docstring's rule); 0 for a
+    block with no visible text (it neither joins nor splits a run)."""
+    if "<" not in block:
+        shown = len(block.strip())
+        return shown - BLOCK_COST if shown else 0.0
+    shown = len(_TAG.sub("", block).strip())
+    if not shown:
+        return 0.0
+    linked = 0
+    if "<a " in block:
+        linked = sum(len(_TAG.sub("", text)) for text in _LINK_TEXT.findall(block))
+    return shown - LINK_WEIGHT * min(linked, shown) - BLOCK_COST
+
+
+def best_run(values: list[float]) -> tuple[int, int]:
+    """``(start, stop)`` of the consecutive values with the largest sum, the first such
+    run; ``(0, 0)`` when no value is positive."""
+    best = total = 0.0
+    start, run = 0, (0, 0)
+    for i, value in enumerate(values):
+        if total <= 0:
+            total, start = value, i
+        else:
+            total += value
+        if total > best:
+            best, run = total, (start, i + 1)
+    return run
+
+
+def worths(outline: str) -> tuple[list[str], list[float]]:
+    """:func:`blocks` and each one's :func:`worth`, the same values, in fewer steps: the
+    tags of a run of lines taken out at once (``<pre>`` blocks, rare, one by one)."""
+    parts: list[str] = []
+    values: list[float] = []
+    for pre, piece in _pieces(outline):
+        if pre:
+            parts.append(piece)
+            values.append(worth(piece))
+            continue
+        lines = piece.split("\n")
+        shown = _TAG.sub("", piece).split("\n")
+        if len(shown) != len(lines):  # (a tag across lines: not in resiliparse's output)
+            shown = [_TAG.sub("", line) for line in lines]
+        for line, text in zip(lines, shown, strict=True):
+            size = len(text.strip())
+            if not size:
+                values.append(0.0)
+            elif "<a " in line:
+                linked = sum(len(_TAG.sub("", t)) for t in _LINK_TEXT.findall(line))
+                values.append(size - LINK_WEIGHT * min(linked, size) - BLOCK_COST)
+            else:
+                values.append(size - BLOCK_COST)
+        parts += lines
+    return parts, values
+
+
+def main_blocks(outline: str) -> str:
+    """The main content of a page's minimal-HTML rendering, in the same form: its blocks
+    worth the most together; "" when no block is worth anything."""
+    parts, values = worths(outline)
+    start, stop = best_run(values)
+    return "\n".join(parts[start:stop])
+
+
+__all__ = ["BLOCK_COST", "LINK_WEIGHT", "best_run", "blocks", "main_blocks", "worth",
+           "worths"]
