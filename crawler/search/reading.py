@@ -95,21 +95,37 @@ def anchor_lines(page: PageRecord, text: PageText, count: int,
     nofollow = {key for key, flags in page.link_list() if flags & NOFOLLOW}
     base = text.base or page.final_url or page.url
     owners: dict[str, int] = {}  # host -> its shard: a page's links share few hosts
+    # href without its fragment -> (key, owning shard), None when not a page: a fragment
+    # names a place in the same page (WHATWG: from the first "#"), and a third of a
+    # manual's links are "#name" or repeat a target
+    targets: dict[str, tuple[bytes, int] | None] = {}
     for href, words in text.links:
-        try:
-            target = normalize(href, base)
-        except URLError:
-            continue  # another scheme, a bad host, too long: not a page of a crawl
-        key = url_key(target)
-        if count > 1:
-            host = host_of(target)
-            dest = owners.get(host, -1)
-            if dest < 0:
-                dest = owners[host] = owner(host, count)
+        bare = href.partition("#")[0]
+        if bare in targets:
+            found = targets[bare]
         else:
-            dest = 0
+            found = targets[bare] = _target(bare, base, count, owners)
+        if found is None:
+            continue  # another scheme, a bad host, too long: not a page of a crawl
+        key, dest = found
         if key != own and key not in nofollow and dest in live:
             yield dest, key.hex().encode("ascii") + b"\t" + words.encode("utf-8") + b"\n"
+
+
+def _target(href: str, base: str, count: int,
+            owners: dict[str, int]) -> tuple[bytes, int] | None:
+    """(key, owning shard) of the page ``href`` names from ``base``; None: not a page."""
+    try:
+        target = normalize(href, base)
+    except URLError:
+        return None
+    if count <= 1:
+        return url_key(target), 0
+    host = host_of(target)
+    dest = owners.get(host, -1)
+    if dest < 0:
+        dest = owners[host] = owner(host, count)
+    return url_key(target), dest
 
 
 class VersionPages:
