@@ -6,12 +6,23 @@ extra, ``python -m pip install --upgrade pip && pip install -e '.[bench]'``)::
 
     python tools/bench_extract.py --fetch-debian-docs --workdir /tmp/extract-docs --repeat 3
     python tools/bench_extract.py --html-dir /usr/share/doc/python3.11/html --repeat 3
+    git clone https://github.com/scrapinghub/article-extraction-benchmark /tmp/aeb
+    python tools/bench_extract.py --articles /tmp/aeb --fetch-debian-docs \
+        --debian-packages python3.11-doc,postgresql-doc-15 --workdir /tmp/extract-docs \
+        --extractors ours,resiliparse,trafilatura --repeat 3
 
 ``--fetch-debian-docs`` downloads Debian documentation packages with ``apt-get download``
 (``--debian-packages``; default python3.11-doc, postgresql-doc-15, debian-reference-en:
 HTML made by Sphinx and by the DocBook XSL stylesheets, written by nobody here) and
 unpacks each with ``dpkg-deb -x`` into ``--workdir`` (kept there: a second run reuses it).
 ``--html-dir DIR`` (repeatable) takes any directory of ``*.html``/``*.htm`` instead.
+``--articles DIR`` adds pages of the open web with a human's reference: a checkout of
+Scrapinghub's article-extraction benchmark (181 news and blog pages, ``html/*.html.gz``,
+and ``ground-truth.json`` with each page's ``articleBody``, the reference).
+
+``ours`` is the search index's reading of a page (crawler.read.pagetext.read_html: the
+text it indexes, its main content by crawler.read.mainblocks' rule); ``resiliparse`` is
+resiliparse's own main-content rule, which the index used before.
 
 Each extractor runs in a fresh process of its own (``--worker``) over the same files, in
 the same order, ``--repeat`` times, extractors alternating. A file is read before its
@@ -45,6 +56,7 @@ visible text (what export and the index would read without an extractor).
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import re
@@ -65,10 +77,11 @@ except ModuleNotFoundError:  # run as a script: make the repository root importa
     from tools import _benchutil as bu
 
 REPO = Path(__file__).resolve().parents[1]
-EXTRACTORS = ("visible", "trafilatura", "trafilatura-fast", "resiliparse", "readability")
+EXTRACTORS = ("visible", "ours", "trafilatura", "trafilatura-fast", "resiliparse",
+              "readability")
 # The distribution each extractor needs (None: ours, always there).
 DISTRIBUTIONS: dict[str, str | None] = {
-    "visible": None, "trafilatura": "trafilatura", "trafilatura-fast": "trafilatura",
+    "visible": None, "ours": None, "trafilatura": "trafilatura", "trafilatura-fast": "trafilatura",
     "resiliparse": "resiliparse", "readability": "readability-lxml"}
 DEBIAN_PACKAGES = "python3.11-doc,postgresql-doc-15,debian-reference-en"
 WORKER_TIMEOUT = 3600.0
@@ -112,6 +125,16 @@ def make_extractor(name: str) -> Callable[[bytes], str]:
         from crawler.web.pagemeta import read_html
 
         return lambda data: read_html(data, text_limit=1 << 30).text
+    if name == "ours":
+        from resiliparse.parse.encoding import detect_encoding
+
+        from crawler.read import pagetext
+
+        def index_text(data: bytes) -> str:  # (decoded as resiliparse guesses, as below)
+            html = data.decode(detect_encoding(data) or "utf-8", "replace")
+            return pagetext.read_html(html, "http://bench.invalid/").text
+
+        return index_text
     if name in ("trafilatura", "trafilatura-fast"):
         import trafilatura
 
@@ -152,6 +175,8 @@ def worker(args: argparse.Namespace) -> int:
     with open(args.texts_out, "w", encoding="utf-8") as out:
         for path in files:
             data = Path(path).read_bytes()
+            if path.endswith(".gz"):
+                data = gzip.decompress(data)
             html_bytes += len(data)
             w0, c0 = time.perf_counter(), time.process_time()
             try:
@@ -240,6 +265,21 @@ def score(out: Counter[str], ref: Counter[str], boiler: Counter[str]) -> dict[st
 
 
 # -- the corpus ----------------------------------------------------------------------------
+
+
+def article_pages(root: Path) -> list[tuple[Path, Reference]]:
+    """The pages of a checkout of Scrapinghub's article-extraction benchmark, each with its
+    reference: the human-written ``articleBody`` (no boilerplate figure: the pages' other
+    regions are not marked)."""
+    truth = json.loads((root / "ground-truth.json").read_text(encoding="utf-8"))
+    out: list[tuple[Path, Reference]] = []
+    for name, item in sorted(truth.items()):
+        page = root / "html" / f"{name}.html.gz"
+        if page.is_file():
+            out.append((page, ("article", tokens(item["articleBody"]), Counter(), 0.0)))
+    if not out:
+        raise SystemExit(f"bench_extract: no pages of ground-truth.json under {root}/html")
+    return out
 
 
 def fetch_debian_docs(workdir: Path, packages: list[str]) -> list[tuple[str, Path]]:
@@ -342,6 +382,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--html-dir", type=Path, action="append", default=[],
                    help="a directory of HTML files (repeatable)")
+    p.add_argument("--articles", type=Path, metavar="DIR",
+                   help="a checkout of scrapinghub/article-extraction-benchmark")
     p.add_argument("--fetch-debian-docs", action="store_true",
                    help="apt-get download and unpack --debian-packages into --workdir")
     p.add_argument("--debian-packages", default=DEBIAN_PACKAGES)
@@ -376,15 +418,20 @@ def main(argv: list[str] | None = None) -> int:
         sets = [(label_of(d), d) for d in args.html_dir]
         if args.fetch_debian_docs:
             sets += fetch_debian_docs(work, [x for x in args.debian_packages.split(",") if x])
-        if not sets:
-            raise SystemExit("bench_extract: give --html-dir DIR or --fetch-debian-docs")
+        if not sets and args.articles is None:
+            raise SystemExit("bench_extract: give --html-dir DIR, --articles DIR or "
+                             "--fetch-debian-docs")
         files: list[tuple[str, Path]] = []
         for label, d in sets:
             files += [(label, f) for f in spread(html_files(d), args.max_files)]
-        if not files:
+        if not files and args.articles is None:
             raise SystemExit("bench_extract: no *.html files found")
         bu.log(f"{len(files)} files; references ...")
         refs = [(label, reference(f.read_bytes())) for label, f in files]
+        if args.articles is not None:
+            articles = article_pages(args.articles)
+            files += [("articles", f) for f, _ in articles]
+            refs += [("articles", ref) for _, ref in articles]
         corpus = _corpus_summary(files, refs)
         list_path = work / "files.txt"
         list_path.write_text("".join(f"{f.resolve()}\n" for _, f in files), encoding="utf-8")
@@ -422,7 +469,8 @@ def _corpus_summary(files: list[tuple[str, Path]],
         s = out.setdefault(label, {"files": 0, "html_bytes": 0, "with_reference": 0,
                                    "link_lists": 0, "generators": {}, "reference_tokens": 0})
         s["files"] += 1
-        s["html_bytes"] += f.stat().st_size
+        s["html_bytes"] += (len(gzip.decompress(f.read_bytes())) if f.suffix == ".gz"
+                            else f.stat().st_size)
         if ref is not None:
             s["with_reference"] += 1
             s["generators"][ref[0]] = s["generators"].get(ref[0], 0) + 1

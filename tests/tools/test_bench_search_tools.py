@@ -137,6 +137,29 @@ def test_bench_extract_reports_speed_and_quality(extractor: str, tmp_path: Path)
     assert "| extractor |" in stdout and "| doc set |" in stdout
 
 
+def test_bench_extract_reads_the_article_benchmark(tmp_path: Path) -> None:
+    """``--articles``: Scrapinghub's layout (html/NAME.html.gz, ground-truth.json with each
+    page's articleBody), the reference a human wrote; the index's reader is measured."""
+    import gzip
+
+    root = tmp_path / "aeb"
+    (root / "html").mkdir(parents=True)
+    menu = "".join(f'<a href="/s{i}">Section number {i}</a> ' for i in range(12))
+    body = ("The harbour reopened on Monday after a storm closed it for a week. "
+            "Fishermen said the damage to the quay was smaller than they had feared.")
+    page = (f"<html><head><title>Harbour</title></head><body><div>{menu}</div>"
+            f"<h1>Harbour reopens</h1><p>{body}</p><div>{menu}</div></body></html>")
+    (root / "html" / "one.html.gz").write_bytes(gzip.compress(page.encode()))
+    (root / "ground-truth.json").write_text(json.dumps({"one": {"articleBody": body}}))
+    _, res = _run(["tools/bench_extract.py", "--articles", str(root), "--repeat", "1",
+                   "--extractors", "visible,ours"], tmp_path)
+    assert res["corpus"]["articles"]["files"] == 1
+    assert res["corpus"]["articles"]["html_bytes"] == len(page.encode())
+    by_name = {s["extractor"]: s["quality"]["articles"] for s in res["summary"]}
+    assert by_name["visible"]["r"] == 1.0 and by_name["visible"]["p"] < 0.6  # the menus
+    assert by_name["ours"]["r"] == 1.0 and by_name["ours"]["p"] > 0.9  # without them
+
+
 @pytest.mark.parametrize("library", [
     pytest.param("sqlite-fts5"), _param("tantivy", "tantivy")])
 def test_bench_index_builds_queries_and_survives_kill(library: str, tmp_path: Path) -> None:
