@@ -136,6 +136,15 @@ def worths(outline: str) -> tuple[list[str], list[float]]:
     return parts, values
 
 
+def code_share(html: str) -> float:
+    """The share of ``html``'s visible characters (a minimal-HTML rendering, or part of
+    one) inside ``<pre>`` blocks: near 1 for a source listing, 0 for prose."""
+    shown = len(_TAG.sub("", html))
+    if not shown or "<pre>" not in html:
+        return 0.0
+    return min(1.0, sum(len(_TAG.sub("", pre)) for pre in _PRE.findall(html)) / shown)
+
+
 def main_blocks(outline: str) -> str:
     """The main content of a page's minimal-HTML rendering, in the same form: its blocks
     worth the most together; "" when no block is worth anything."""
@@ -144,5 +153,5 @@ def main_blocks(outline: str) -> str:
     return "\n".join(parts[start:stop])
 
 
-__all__ = ["BLOCK_COST", "LINK_WEIGHT", "best_run", "blocks", "main_blocks", "worth",
+__all__ = ["BLOCK_COST", "LINK_WEIGHT", "best_run", "blocks", "code_share", "main_blocks", "worth",
            "worths"]

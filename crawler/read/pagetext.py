@@ -57,7 +57,7 @@ from resiliparse.parse.lang import detect_fast
 from ..state.pages import PageRecord
 from ..web.links import is_html, sniff_charset
 from .htmlbounds import DEFAULT_BOUNDS, ReadBounds
-from .mainblocks import main_blocks
+from .mainblocks import code_share, main_blocks
 from .mdrender import QUOTE_CLOSE, QUOTE_OPEN, mark_page, md_text, outline_markdown
 from .simhash import simhash
 
@@ -132,6 +132,7 @@ class PageText:
     lang: str = ""  # detected ("en", "de"...), else the page's <html lang>, else ""
     canonical: str = ""  # <link rel=canonical>'s target, absolute
     simhash: int = 0
+    code: float = 0.0  # the share of ``text`` in code blocks (<pre>): a listing's is ~1
     # (href as written, its text) of the links with text, each pair once, resolved
     # against ``base``; rel=nofollow is in the page record's links (crawler.state.pages),
     # which the indexer checks
@@ -369,9 +370,11 @@ def read_html(html: str, url: str, *, text_limit: int = DEFAULT_TEXT_LIMIT,
             out.links.append(pair)
     # (the main-content rule is linear in the page: the time budget alone bounds it)
     out.plain = _plain_reason(html, url, bounds, started, nesting=False)
-    main = "" if out.plain else unescape(_TAG.sub("", main_blocks(outline)))
+    chosen = "" if out.plain else main_blocks(outline)
+    main = unescape(_TAG.sub("", chosen))
     if not main.strip():  # no block worth a main content (or past the bounds): all of it
-        main = unescape(_TAG.sub("", outline))
+        chosen, main = outline, unescape(_TAG.sub("", outline))
+    out.code = code_share(chosen)
     if not main.strip():  # nothing but boilerplate: that, rather than nothing
         main = extract_plain_text(tree, alt_texts=False, list_bullets=False)
     out.text = _one_line(main, text_limit)

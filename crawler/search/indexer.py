@@ -61,9 +61,9 @@ from ..read.listing import CrawlReader
 from ..read.pagetext import DEFAULT_TEXT_LIMIT, PageText
 from ..state.jsonfile import read_json, write_json
 from ..web.urls import host_of, url_key
-from . import schema
+from . import names, schema
 from .reading import CHUNK, default_workers, indexable, run_tasks, tasks
-from .spill import Spill, read_documents, read_lines
+from .spill import Spill, code_percent, read_documents, read_lines
 from .versions import GONE, Versions
 
 log = logging.getLogger(__name__)
@@ -139,12 +139,14 @@ def document(url: str, fetched_at: float, text: PageText, anchors: str) -> tanti
                         ("anchors", anchors), ("lang", text.lang),
                         ("canonical", text.canonical)):
         doc.add_text(name, value)
-    if text.names:  # the names it defines weigh as its headings (FORMAT 4)
+    if text.names:  # the names it defines weigh as its headings (FORMAT 4), and whole
         doc.add_text("headings", text.names)
+        doc.add_text("names", " ".join(names.terms(text.names)))
     stem = schema.stem_field(text.lang)
     if stem is not None:
         doc.add_text(stem, f"{text.title}\n{text.headings}\n{text.text}")
     doc.add_unsigned("simhash", text.simhash)  # (keyword arguments would make it i64)
+    doc.add_unsigned("code", code_percent(text.code))
     doc.add_float("fetched", float(fetched_at))
     return doc
 

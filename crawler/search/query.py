@@ -55,7 +55,7 @@ from ..exceptions import ConfigError, DataDirError
 from ..read.rankstore import RankStore
 from ..read.simhash import near
 from ..state.shards import crawl_count, shard_dir
-from . import schema
+from . import names, schema
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +200,8 @@ class Candidate:
     fetched: float
     simhash: int
     number: int  # its place in the shard's last answer (what ``snippets`` is asked by)
+    defines: bool = False  # it defines a name the query may be (crawler.search.names)
+    code: int = 0  # percent of its main text in code blocks (a listing: near 100)
 
 
 class ShardSearcher:
@@ -249,8 +251,8 @@ class ShardSearcher:
                 log.debug("search: %r: no phrase for %r (%s)", text, name, exc)
         if phrases:
             query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), *phrases])
-        must = [(tantivy.Occur.Must, query)]
         s = self.index.schema
+        must = [(tantivy.Occur.Must, query)]
         if host:
             must.append((tantivy.Occur.Must, tantivy.Query.term_query(s, "host", host.lower())))
         if lang:
@@ -270,18 +272,40 @@ class ShardSearcher:
             query = self.parse(text, host, lang, words=True, any_word=any_word)
             result = self._searcher.search(query, n, count=True)
         self._query = query  # what the snippets of this answer highlight
+        hits = list(result.hits)
+        defining = self._defining(query, text, n)
+        seen = {(a.segment_ord, a.doc) for _, a in hits}
+        hits += [(bm25, a) for bm25, a in defining.values() if (a.segment_ord, a.doc) not in seen]
         out: list[Candidate] = []
         self._docs = []
-        for bm25, address in result.hits:
+        for bm25, address in hits:
             doc = self._searcher.doc(address)
             out.append(Candidate(
                 bm25=bm25, key=bytes.fromhex(str(doc.get_first("key"))),
                 url=doc.get_first("url"), title=doc.get_first("title") or "",
                 host=doc.get_first("host") or "", lang=doc.get_first("lang") or "",
                 fetched=float(doc.get_first("fetched") or 0.0),
-                simhash=int(doc.get_first("simhash") or 0), number=len(out)))
+                simhash=int(doc.get_first("simhash") or 0), number=len(out),
+                defines=(address.segment_ord, address.doc) in defining,
+                code=int(doc.get_first("code") or 0)))
             self._docs.append(doc)
         return getattr(result, "count", None) or 0, out  # (count: not in tantivy's stubs)
+
+    def _defining(self, query: tantivy.Query, text: str, n: int) -> dict[tuple[int, int], Any]:
+        """The best ``n`` pages matching ``query`` that define a name ``text`` may be
+        (crawler.search.names), by their (segment, document): (their score, address)."""
+        asked = names.asked(text, code_names(text))
+        if not asked:
+            return {}
+        s = self.index.schema
+        named = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(s, "names", name))
+             for name in asked])
+        both = tantivy.Query.boolean_query(  # (scored as ``query`` alone)
+            [(tantivy.Occur.Must, query),
+             (tantivy.Occur.Must, tantivy.Query.const_score_query(named, 0.0))])
+        return {(a.segment_ord, a.doc): (score, a)
+                for score, a in self._searcher.search(both, n).hits}
 
     def snippets(self, text: str, host: str | None, lang: str | None,
                  numbers: list[int]) -> list[tuple[str, list[tuple[int, int]]]]:
@@ -371,8 +395,12 @@ class Searcher:
             rank = self.ranks.get(c.key) if self.ranks is not None else None
             pr = rank.raw if rank is not None else None
             pool.append((c.bm25 * self.prior(pr), pr, shard, c))
+        # the pages with every word first, then those that define the name asked; for a
+        # query that reads as code, a listing of code after the pages that document it;
         # ties by URL: the same order on any build
-        pool.sort(key=lambda c: (c[3].key not in every_word, -c[0], c[3].url))
+        code = bool(names.asked(text, code_names(text)))
+        pool.sort(key=lambda c: (c[3].key not in every_word, not c[3].defines,
+                                 code and c[3].code >= names.LISTING, -c[0], c[3].url))
         hits: list[Hit] = []
         numbers: dict[int, list[int]] = {}
         for score, pr, shard, c in pool:

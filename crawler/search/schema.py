@@ -11,7 +11,9 @@ Fields. Text fields use tantivy's ``default`` analyzer (words split at non-lette
 non-digits, lowercased, words over 40 bytes dropped): the same for every language, so a
 query finds a page in any of them by its exact words; the ``stem_<lang>`` fields add the
 page's language's stemmer where tantivy has one (STEMMERS). ``key``, ``host``
-and ``lang`` are exact terms (the ``raw`` tokenizer), for deletes and filters.
+and ``lang`` are exact terms (the ``raw`` tokenizer), for deletes and filters; ``names``
+holds the names the page defines as exact terms too (crawler.search.names: lowercased
+there, split at whitespace alone).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import tantivy
 
 from ..exceptions import DataDirError
 
-FORMAT = 4  # of the index directory: a different one is rebuilt, never read
+FORMAT = 5  # of the index directory: a different one is rebuilt, never read
 SEARCH_DIR = "search"
 TANTIVY_DIR = "tantivy"
 ANCHORS_DIR = "anchors"
@@ -79,9 +81,14 @@ def build_schema() -> tantivy.Schema:
     sb.add_text_field("headings")
     sb.add_text_field("body", stored=True)  # stored: snippets are cut from it
     sb.add_text_field("anchors")
+    # the names the page defines, whole and by their tails (crawler.search.names; FORMAT 5)
+    sb.add_text_field("names", tokenizer_name="whitespace", index_option="basic")
     sb.add_text_field("lang", stored=True, tokenizer_name="raw", index_option="basic")
     sb.add_text_field("canonical", stored=True, tokenizer_name="raw", index_option="basic")
     sb.add_unsigned_field("simhash", stored=True, fast=True)
+    # the share of the main text in code blocks, percent (FORMAT 5): a source listing's
+    # is near 100 (crawler.search.names)
+    sb.add_unsigned_field("code", stored=True)
     sb.add_float_field("fetched", stored=True)
     for code in STEMMERS:
         sb.add_text_field(f"stem_{code}", tokenizer_name=f"stem_{code}")

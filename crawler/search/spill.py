@@ -61,9 +61,10 @@ REANCHOR = "reanchor.bin"
 TMP_SUFFIX = ".tmp"
 _DOCUMENTS = re.compile(r"documents-(\d+)-(\d{10})\.gz")
 _LINES = re.compile(r"lines-(\d+)-(\d+)-(\d{10})\.gz")
-DOCS_MAGIC = b"kvcrawl spill documents 2\n"  # a documents file's first bytes (gunzipped)
-# key, version, fetch time, SimHash, kind (0: no document, 1: a page), 8 string lengths
-_DOC_HEAD = struct.Struct("<16sqdQB8I")
+DOCS_MAGIC = b"kvcrawl spill documents 3\n"  # a documents file's first bytes (gunzipped)
+# key, version, fetch time, SimHash, kind (0: no document, 1: a page), the main text's
+# share in code blocks (percent), 8 string lengths
+_DOC_HEAD = struct.Struct("<16sqdQBB8I")
 _NO_STRINGS = (0,) * 8
 # an anchor line: a target's key in hex, a tab, the link's text (crawler.search.reading)
 _LINES_FILE = re.compile(rb"(?:[0-9a-f]{32}\t[^\n]*\n)*")
@@ -85,12 +86,18 @@ def encode_document(key: bytes, version: int, url: str | None, fetched: float,
                     text: PageText | None) -> bytes:
     """One documents-file record (see the module docstring)."""
     if url is None or text is None:
-        return _DOC_HEAD.pack(key, version, 0.0, 0, 0, *_NO_STRINGS)
+        return _DOC_HEAD.pack(key, version, 0.0, 0, 0, 0, *_NO_STRINGS)
     strings = [s.encode("utf-8", "surrogatepass") for s in (
         url, text.title, text.description, text.headings, text.names, text.text, text.lang,
         text.canonical)]
-    return (_DOC_HEAD.pack(key, version, fetched, text.simhash, 1, *map(len, strings))
+    return (_DOC_HEAD.pack(key, version, fetched, text.simhash, 1, code_percent(text.code),
+                           *map(len, strings))
             + b"".join(strings))
+
+
+def code_percent(share: float) -> int:
+    """A share in [0, 1] as a whole percent (what the spill and the index keep)."""
+    return max(0, min(100, round(share * 100)))
 
 
 def documents_name(shard: int, number: int) -> str:
@@ -164,7 +171,7 @@ def read_documents(path: str) -> Iterator[Document]:
     while pos < end:
         if pos + _DOC_HEAD.size > end:
             raise _damaged(path, f"a documents file cut at byte {pos}")
-        key, version, fetched, simhash, kind, *lengths = _DOC_HEAD.unpack_from(data, pos)
+        key, version, fetched, simhash, kind, code, *lengths = _DOC_HEAD.unpack_from(data, pos)
         pos += _DOC_HEAD.size
         if kind == 0 and not any(lengths):
             yield Document(key, version, None, 0.0, None)
@@ -182,7 +189,7 @@ def read_documents(path: str) -> Iterator[Document]:
         url, title, description, headings, names, body, lang, canonical = strings
         yield Document(key, version, url, fetched, PageText(
             title=title, description=description, headings=headings, names=names, text=body,
-            lang=lang, canonical=canonical, simhash=simhash))
+            lang=lang, canonical=canonical, simhash=simhash, code=min(code, 100) / 100))
 
 
 class Spill:

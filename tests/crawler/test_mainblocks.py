@@ -12,6 +12,7 @@ from crawler.read.mainblocks import (
     LINK_WEIGHT,
     best_run,
     blocks,
+    code_share,
     main_blocks,
     worth,
     worths,
@@ -126,3 +127,14 @@ def test_hostile_renderings_cost_what_their_size_does() -> None:
     heading = "<h1>The title of it</h1>"
     assert main_blocks("\n".join([heading, long_line, '<a href="/">home</a>'])) \
         == heading + "\n" + long_line
+
+
+def test_the_code_share_of_a_listing_and_of_prose() -> None:
+    assert code_share("<p>abc</p>\n<pre>defghi</pre>") == pytest.approx(6 / 10)  # (a \n)
+    assert code_share("<p>prose only</p>") == 0.0 and code_share("") == 0.0
+    listing = "<pre>class Widget:\n    def spin(self): ...</pre>"
+    assert code_share(listing) == 1.0
+    text = read_html(f"<html><body><h1>widget.py</h1>{listing * 40}</body></html>",
+                     "http://p.test/_modules/widget.html")
+    assert text.code > 0.9
+    assert read_html(f"<html><body><p>{PROSE}</p></body></html>", "http://p.test/").code == 0

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 import kvstore
 from crawler.exceptions import DataDirError, URLError
 from crawler.read.listing import CrawlReader
-from crawler.read.pagetext import DEFAULT_TEXT_LIMIT
+from crawler.read.pagetext import DEFAULT_TEXT_LIMIT, PageText
 from crawler.search import indexer, schema
 from crawler.search.indexer import (
     MAX_ANCHOR_BYTES,
@@ -47,7 +47,15 @@ from crawler.search.indexer import (
     write_shard,
 )
 from crawler.search.query import Searcher
-from crawler.search.spill import SPILL_DIR, SPILLED_DIR, Spill, read_documents
+from crawler.search.spill import (
+    SPILL_DIR,
+    SPILLED_DIR,
+    Spill,
+    documents_name,
+    encode_document,
+    read_documents,
+    write_documents,
+)
 from crawler.search.versions import DTYPE, JOURNAL, Versions, key_order
 from crawler.state.pages import decode_page, encode_page
 from crawler.web.urls import normalize, url_key
@@ -237,6 +245,20 @@ def test_a_full_disk_while_reading_keeps_the_tasks_read_and_no_half_file(
     assert stats.read == records - read_before
     index_crawl(str(clean), text_limit=10**7)
     assert documents(data) == documents(clean) and anchors(data) == anchors(clean)
+
+
+def test_a_documents_file_gives_back_every_field_it_was_given(tmp_path: Path) -> None:
+    text = PageText(title="Widgets", description="about", headings="Spin", names="a.b c-d",
+                    text="def spin(): pass", lang="en", canonical="http://x.test/c",
+                    simhash=2**64 - 1, code=0.87)
+    path = str(tmp_path / documents_name(0, 1))
+    write_documents(path, [encode_document(b"k" * 16, 7, "http://x.test/", 1.5, text),
+                           encode_document(b"g" * 16, 8, None, 0.0, None)])
+    page, gone = list(read_documents(path))
+    assert (page.key, page.version, page.url, page.fetched) == (b"k" * 16, 7,
+                                                                "http://x.test/", 1.5)
+    assert page.text == text
+    assert (gone.key, gone.version, gone.url, gone.text) == (b"g" * 16, 8, None, None)
 
 
 def test_a_reopened_spill_numbers_after_every_file_it_holds(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from crawl_helpers import META_PATHS, Answer, Hit, LocalServer, run_cli, run_crawl
 
+from crawler.search import names
 from crawler.search.indexer import index_crawl
 from crawler.search.page import search_page
 from crawler.search.query import Searcher, code_names, split_code_names
@@ -63,6 +64,25 @@ PAGES: dict[str, tuple[str, str]] = {
         "frobnicate.</dd></dl>")),
     "/frob-whatsnew.html": ("What is new", (
         "<p>Changed: frobnicate.Widget.spin() now takes a speed.</p>")),
+    # every word of the name in its title, and the name as written again and again
+    "/frob-howto.html": ("How to spin a frobnicate widget", (
+        "<p>Call frobnicate.Widget.spin to spin. frobnicate.Widget.spin spins a widget; "
+        "frobnicate.Widget.spin is how a frobnicate widget spins.</p>")),
+    # the module's documentation (Sphinx's id for a module: "module-" and its name), and
+    # its source listing, titled by the module's name, every word of it code (Sphinx's
+    # viewcode pages define the names of the module too)
+    "/frob-widgets.html": ("Widgets", (
+        '<section id="module-frobnicate.widget"><p>The widget module of frobnicate holds '
+        "the widgets and how they turn.</p></section>")),
+    "/frob-source.html": ("frobnicate.widget", (
+        '<div class="highlight"><pre>"""frobnicate.widget: the widgets."""\n'
+        '<div class="viewcode-block" id="Widget">class Widget:\n'
+        '    """A widget of frobnicate."""</div>'
+        '<div class="viewcode-block" id="Widget.spin">    def spin(self, speed):\n'
+        "        return frobnicate.turn(self, speed)</div></pre></div>")),
+    # an id that names a part of the layout, not a thing the page documents
+    "/gallery.html": ("Gallery", '<div id="zircon"><p>Photos of zircon crystals.</p></div>'),
+    "/zircon.html": ("Zircon", "<p>zircon crystals are tiny.</p>"),
     "/granite.html": ("Granite", "<p>granite is a coarse grained rock with quartz.</p>"),
     "/quartz.html": ("Quartz", "<p>quartz is a hard mineral.</p>"),
     # a long reference page: what is looked for comes ~150,000 characters in
@@ -121,6 +141,17 @@ def test_dotted_names_outside_phrases_are_their_words() -> None:
     assert code_names("join -os.path") == []
 
 
+def test_the_names_a_page_defines_are_its_code_names_and_their_tails() -> None:
+    assert names.terms("module-frob.widget Widget.spin zircon main-content a.b.c") == [
+        "module-frob.widget", "frob.widget", "widget.spin", "main-content", "a.b.c", "b.c"]
+    assert names.terms("GUC-WORK-MEM std::vector") == [
+        "guc-work-mem", "work-mem", "std::vector"]
+    assert names.asked("os.path.join()") == ["os.path.join"]
+    assert names.asked("dict.get(key, default)") == ["dict.get"]
+    assert names.asked("zircon") == [] and names.asked("-os.path") == []
+    assert names.asked("spin Widget.spin", ["Widget.spin"]) == ["widget.spin"]
+
+
 def test_a_dotted_api_name_finds_its_method_under_its_class(manual: tuple[Path, str]) -> None:
     data, base = manual
     # the page never writes "asyncio.Lock.release": the class's name, then "release()"
@@ -132,9 +163,28 @@ def test_the_page_that_defines_a_name_ranks_first(manual: tuple[Path, str]) -> N
     """An id is the name a reference page defines: its page comes before one that only
     mentions the name, as written."""
     data, base = manual
-    for query in ("frobnicate.Widget.spin", "frobnicate.Widget.spin()"):
+    for query in ("frobnicate.Widget.spin", "frobnicate.Widget.spin()", "Widget.spin"):
         got = urls(data, query)
-        assert got[:2] == [base + "/frob-api.html", base + "/frob-whatsnew.html"], query
+        assert got[0] == base + "/frob-api.html", (query, got)
+        assert {base + "/frob-whatsnew.html", base + "/frob-howto.html"} <= set(got)
+
+
+def test_the_page_that_documents_a_name_comes_before_its_source_listing(
+        manual: tuple[Path, str]) -> None:
+    """The listing has every word of the name in its title; it defines the name too."""
+    data, base = manual
+    got = urls(data, "frobnicate.widget")
+    assert got[0] == base + "/frob-widgets.html" and base + "/frob-source.html" in got, got
+    for query in ("Widget.spin", "Widget.spin()", "frobnicate.Widget.spin"):
+        got = urls(data, query)
+        assert got.index(base + "/frob-api.html") < got.index(base + "/frob-source.html"), \
+            (query, got)
+
+
+def test_an_id_of_one_word_is_no_name(manual: tuple[Path, str]) -> None:
+    """``id="zircon"`` is a box of the layout: a one-word query stays a query of words."""
+    data, base = manual
+    assert urls(data, "zircon") == [base + "/zircon.html", base + "/gallery.html"]
 
 
 def test_a_name_as_written_ranks_above_its_words_far_apart(manual: tuple[Path, str]) -> None:
