@@ -136,13 +136,15 @@ def worths(outline: str) -> tuple[list[str], list[float]]:
     return parts, values
 
 
-def code_share(html: str) -> float:
+def code_share(html: str, shown: int | None = None) -> float:
     """The share of ``html``'s visible characters (a minimal-HTML rendering, or part of
-    one) inside ``<pre>`` blocks: near 1 for a source listing, 0 for prose."""
-    shown = len(_TAG.sub("", html))
-    if not shown or "<pre>" not in html:
+    one; ``shown``: their count, when the caller has it) inside ``<pre>`` blocks: near 1
+    for a source listing, 0 for prose."""
+    if "<pre>" not in html:
         return 0.0
-    return min(1.0, sum(len(_TAG.sub("", pre)) for pre in _PRE.findall(html)) / shown)
+    shown = len(_TAG.sub("", html)) if shown is None else shown
+    code = sum(len(_TAG.sub("", pre)) for pre in _PRE.findall(html))
+    return min(1.0, code / shown) if shown else 0.0
 
 
 def main_blocks(outline: str) -> str:

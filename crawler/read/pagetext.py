@@ -374,7 +374,7 @@ def read_html(html: str, url: str, *, text_limit: int = DEFAULT_TEXT_LIMIT,
     main = unescape(_TAG.sub("", chosen))
     if not main.strip():  # no block worth a main content (or past the bounds): all of it
         chosen, main = outline, unescape(_TAG.sub("", outline))
-    out.code = code_share(chosen)
+    out.code = code_share(chosen, len(main))
     if not main.strip():  # nothing but boilerplate: that, rather than nothing
         main = extract_plain_text(tree, alt_texts=False, list_bullets=False)
     out.text = _one_line(main, text_limit)
