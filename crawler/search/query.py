@@ -12,7 +12,10 @@ every word come first (``any_word`` in the results).
 A dotted name outside a phrase (``asyncio.Lock.release``, ``std::vector``) is looked
 for as its words, anywhere on the page (Sphinx writes the class and, under it, the
 method), and a page that has it as written scores more (an optional phrase clause,
-boosted by PHRASE_BOOST). Each shard's index gives its best ``candidates`` by BM25
+boosted by PHRASE_BOOST). A query that is a name, or holds a dotted one, also asks each
+shard for the pages that match it and define that name (crawler.search.names): those
+come first, and for such a query a source listing comes after the pages that document
+it. Each shard's index gives its best ``candidates`` by BM25
 (tantivy's, over the fields); each candidate's score is then blended with the page's
 PageRank from the last ``rank`` run (crawler.read.rankstore):
 
@@ -251,8 +254,8 @@ class ShardSearcher:
                 log.debug("search: %r: no phrase for %r (%s)", text, name, exc)
         if phrases:
             query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), *phrases])
-        s = self.index.schema
         must = [(tantivy.Occur.Must, query)]
+        s = self.index.schema
         if host:
             must.append((tantivy.Occur.Must, tantivy.Query.term_query(s, "host", host.lower())))
         if lang:
@@ -291,7 +294,8 @@ class ShardSearcher:
             self._docs.append(doc)
         return getattr(result, "count", None) or 0, out  # (count: not in tantivy's stubs)
 
-    def _defining(self, query: tantivy.Query, text: str, n: int) -> dict[tuple[int, int], Any]:
+    def _defining(self, query: tantivy.Query, text: str,
+                  n: int) -> dict[tuple[int, int], tuple[float, tantivy.DocAddress]]:
         """The best ``n`` pages matching ``query`` that define a name ``text`` may be
         (crawler.search.names), by their (segment, document): (their score, address)."""
         asked = names.asked(text, code_names(text))
