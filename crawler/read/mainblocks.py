@@ -9,12 +9,14 @@ run of those blocks, chosen by a rule that costs one pass over them:
 - each block is worth its visible characters, less :data:`LINK_WEIGHT` times those in
   links, less :data:`BLOCK_COST`: prose is worth its length; a menu, a tag cloud, a list
   of related links is worth less than nothing; a short line alone ("Share", "Log in",
-  a date) a little less than nothing;
+  a date) a little less than nothing; a heading pays no cost (a short one, "Lock", is
+  the start of what follows it);
 - the main content is the run of consecutive blocks worth the most together (the
   maximum-sum run, one pass): an article's lists, short notes, headings, code lines and
   a paragraph with a link inside it are kept, because the prose around them pays for
   them; the navigation before it and the link lists after it are not, because no prose
-  beyond them pays for their cost.
+  beyond them pays for their cost. A run does not end on a heading ("See also" before a
+  list of links is that list's).
 
 Measured against resiliparse's main-content rule, the one the index used before
 (tools/bench_extract.py, docs/SEARCH.md): the same token F1 on 181 news pages of the open
@@ -48,6 +50,7 @@ _LINK_TEXT = re.compile(r'<a href="[^"]*">((?:[^<]|<(?!/?a[ >]))*)</a>')
 # A <pre> block whole, from its tag to its end tag (resiliparse closes every one; one left
 # open is read as lines like the others); it stops at the next <pre> tag: one pass
 _PRE = re.compile(r"(<pre>(?:[^<]|<(?!/?pre>))*</pre>)")
+_HEADING = re.compile(r"<h[1-6]>")  # a block that is a heading (it starts the line)
 
 
 def _pieces(outline: str) -> Iterator[tuple[bool, str]]:
@@ -91,7 +94,8 @@ def worth(block: str) -> float:
     linked = 0
     if "<a " in block:
         linked = sum(len(_TAG.sub("", text)) for text in _LINK_TEXT.findall(block))
-    return shown - LINK_WEIGHT * min(linked, shown) - BLOCK_COST
+    cost = 0.0 if _HEADING.match(block) else BLOCK_COST
+    return shown - LINK_WEIGHT * min(linked, shown) - cost
 
 
 def best_run(values: list[float]) -> tuple[int, int]:
@@ -127,11 +131,13 @@ def worths(outline: str) -> tuple[list[str], list[float]]:
             size = len(text.strip())
             if not size:
                 values.append(0.0)
-            elif "<a " in line:
-                linked = sum(len(_TAG.sub("", t)) for t in _LINK_TEXT.findall(line))
-                values.append(size - LINK_WEIGHT * min(linked, size) - BLOCK_COST)
             else:
-                values.append(size - BLOCK_COST)
+                cost = 0.0 if line.startswith("<h") and _HEADING.match(line) else BLOCK_COST
+                if "<a " in line:
+                    linked = sum(len(_TAG.sub("", t)) for t in _LINK_TEXT.findall(line))
+                    values.append(size - LINK_WEIGHT * min(linked, size) - cost)
+                else:
+                    values.append(size - cost)
         parts += lines
     return parts, values
 
@@ -152,6 +158,8 @@ def main_blocks(outline: str) -> str:
     worth the most together; "" when no block is worth anything."""
     parts, values = worths(outline)
     start, stop = best_run(values)
+    while stop > start and _HEADING.match(parts[stop - 1]):  # a heading ends no run
+        stop -= 1
     return "\n".join(parts[start:stop])
 
 

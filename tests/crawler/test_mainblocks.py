@@ -86,6 +86,16 @@ def test_menus_and_link_lists_around_an_article_are_left_out() -> None:
     assert "Related" not in text
 
 
+def test_a_heading_starts_a_run_and_ends_none() -> None:
+    """A short heading costs nothing: the article's own comes with it; one that a list of
+    links follows ("See also", "Related") is left out with its list."""
+    page = (f"<html><body><h1>Lock</h1><p>{PROSE}</p><h2>See also</h2>"
+            f"<div>{menu(8, 'other')}</div></body></html>")
+    text = read_html(page, "http://docs.test/lock.html").text
+    assert text.startswith("Lock The harbour") and "See also" not in text, text
+    assert worth("<h1>Lock</h1>") == 4.0 and worth("<p>Lock</p>") == 4 - BLOCK_COST
+
+
 def test_documentation_keeps_its_lists_notes_and_code() -> None:
     """What resiliparse's rule dropped (docs/SEARCH.md): a DocBook variable list whose
     items link, an admonition, a code listing, a release note's short items."""
