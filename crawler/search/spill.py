@@ -9,9 +9,10 @@ In the shard's search directory, ``spill/`` holds:
   records, never pickles: a crawl directory is data, and a file someone put there must
   not run code when ``index`` reads it (issue 42). Inside the gzip: :data:`DOCS_MAGIC`,
   then one record a document: a fixed head (:data:`_DOC_HEAD`: the record's key, its
-  version, the fetch time, the SimHash, whether it is an indexed page, and the byte
-  lengths of seven strings) and the seven strings, UTF-8: URL, title, description,
-  headings, main text, language, canonical URL. A record that is not an indexable page
+  version, the fetch time, the SimHash, whether it is an indexed page, the main text's
+  share in code blocks as a percent, and the byte lengths of eight strings) and the
+  eight strings, UTF-8: URL, title, description, headings, the names the page defines,
+  main text, language, canonical URL. A record that is not an indexable page
   has kind 0 and no strings (its version is journaled all the same). A file that does
   not start with the magic, or whose records do not add up, is refused with one line
   (:func:`read_documents`): nothing in it is interpreted beyond lengths and text;
