@@ -43,14 +43,14 @@ from resiliparse.parse.encoding import detect_encoding
 from resiliparse.parse.html import HTMLTree
 
 from crawler.read import pagetext
-from crawler.read.mainblocks import main_blocks
+from crawler.read.mainblocks import LINK, TAG, main_blocks
 from crawler.read.simhash import simhash
 
 SHARED = ("parse", "rendering", "headings and links", "names", "simhash", "language")
 
 
 def _blocks(tree: HTMLTree, outline: str) -> str:
-    return unescape(pagetext._TAG.sub("", main_blocks(outline)))
+    return unescape(TAG.sub("", main_blocks(outline)))
 
 
 def _resiliparse(tree: HTMLTree, outline: str) -> str:
@@ -58,7 +58,7 @@ def _resiliparse(tree: HTMLTree, outline: str) -> str:
     main = extract_plain_text(tree, main_content=True, skip_elements=pagetext.BOILERPLATE,
                               alt_texts=False, list_bullets=False)
     if pagetext.main_or_whole(main, outline) is outline:
-        main = unescape(pagetext._TAG.sub("", outline))
+        main = unescape(TAG.sub("", outline))
     return main
 
 
@@ -79,8 +79,8 @@ def read_once(html: str, times: dict[str, float], rule_order: list[str]) -> None
     times["rendering"] += clock() - t
     t = clock()
     " ".join(pagetext._HEADING.findall(outline))
-    for m in pagetext._LINK.finditer(outline):
-        unescape(pagetext._TAG.sub("", m.group(2)))
+    for m in LINK.finditer(outline):
+        unescape(TAG.sub("", m.group(2)))
     times["headings and links"] += clock() - t
     t = clock()
     pagetext.defined_names(html)

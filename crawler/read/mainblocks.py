@@ -44,10 +44,12 @@ from collections.abc import Iterator
 LINK_WEIGHT = 2.0
 BLOCK_COST = 10.0
 
-_TAG = re.compile(r"<[^>]*>")
-# A link's text in resiliparse's minimal HTML; it stops at the next link tag (a lazy
-# ".*?" would scan from every unclosed one to the end: quadratic on a hostile page)
-_LINK_TEXT = re.compile(r'<a href="[^"]*">((?:[^<]|<(?!/?a[ >]))*)</a>')
+# In resiliparse's minimal HTML (crawler.read.pagetext reads its headings and links with
+# these too): any tag; a link, (href, text). A link's text stops at the next link tag: a
+# lazy ".*?" would scan from every unclosed one to the end of the page (quadratic:
+# 600,000 nested <a>s took minutes).
+TAG = re.compile(r"<[^>]*>")
+LINK = re.compile(r'<a href="([^"]*)">((?:[^<]|<(?!/?a[ >]))*)</a>')
 # A <pre> block whole, from its tag to its end tag (resiliparse closes every one; one left
 # open is read as lines like the others); it stops at the next <pre> tag: one pass
 _PRE = re.compile(r"(<pre>(?:[^<]|<(?!/?pre>))*</pre>)")
@@ -89,12 +91,12 @@ def worth(block: str) -> float:
     if "<" not in block:
         shown = len(block.strip())
         return shown - BLOCK_COST if shown else 0.0
-    shown = len(_TAG.sub("", block).strip())
+    shown = len(TAG.sub("", block).strip())
     if not shown:
         return 0.0
     linked = 0
     if "<a " in block:
-        linked = sum(len(_TAG.sub("", text)) for text in _LINK_TEXT.findall(block))
+        linked = sum(len(TAG.sub("", text)) for _, text in LINK.findall(block))
     cost = 0.0 if _HEADING.match(block) else BLOCK_COST
     return shown - LINK_WEIGHT * min(linked, shown) - cost
 
@@ -125,9 +127,9 @@ def worths(outline: str) -> tuple[list[str], list[float]]:
             values.append(worth(piece))
             continue
         lines = piece.split("\n")
-        shown = _TAG.sub("", piece).split("\n")
+        shown = TAG.sub("", piece).split("\n")
         if len(shown) != len(lines):  # (a tag across lines: not in resiliparse's output)
-            shown = [_TAG.sub("", line) for line in lines]
+            shown = [TAG.sub("", line) for line in lines]
         for line, text in zip(lines, shown, strict=True):
             size = len(text.strip())
             if not size:
@@ -135,7 +137,7 @@ def worths(outline: str) -> tuple[list[str], list[float]]:
             else:
                 cost = 0.0 if line.startswith("<h") and _HEADING.match(line) else BLOCK_COST
                 if "<a " in line:
-                    linked = sum(len(_TAG.sub("", t)) for t in _LINK_TEXT.findall(line))
+                    linked = sum(len(TAG.sub("", t)) for _, t in LINK.findall(line))
                     values.append(size - LINK_WEIGHT * min(linked, size) - cost)
                 else:
                     values.append(size - cost)
@@ -149,8 +151,8 @@ def code_share(html: str, shown: int | None = None) -> float:
     for a source listing, 0 for prose."""
     if "<pre>" not in html:
         return 0.0
-    shown = len(_TAG.sub("", html)) if shown is None else shown
-    code = sum(len(_TAG.sub("", pre)) for pre in _PRE.findall(html))
+    shown = len(TAG.sub("", html)) if shown is None else shown
+    code = sum(len(TAG.sub("", pre)) for pre in _PRE.findall(html))
     return min(1.0, code / shown) if shown else 0.0
 
 
@@ -164,5 +166,5 @@ def main_blocks(outline: str) -> str:
     return "\n".join(parts[start:stop])
 
 
-__all__ = ["BLOCK_COST", "LINK_WEIGHT", "best_run", "blocks", "code_share", "main_blocks", "worth",
-           "worths"]
+__all__ = ["BLOCK_COST", "LINK", "LINK_WEIGHT", "TAG", "best_run", "blocks", "code_share",
+           "main_blocks", "worth", "worths"]

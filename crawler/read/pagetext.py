@@ -57,7 +57,7 @@ from resiliparse.parse.lang import detect_fast
 from ..state.pages import PageRecord
 from ..web.links import is_html, sniff_charset
 from .htmlbounds import DEFAULT_BOUNDS, ReadBounds
-from .mainblocks import code_share, main_blocks
+from .mainblocks import LINK, TAG, code_share, main_blocks
 from .mdrender import QUOTE_CLOSE, QUOTE_OPEN, mark_page, md_text, outline_markdown
 from .simhash import simhash
 
@@ -100,12 +100,9 @@ _SHALLOW_LISTS = "body > ul, body > * > ul, body > * > * > ul"
 ADMONITIONS = ("div.admonition, div.note, div.tip, div.warning, div.caution, div.important, "
                "aside.admonition")
 _TEXT_TYPES = ("application/xhtml+xml", "application/xml", "application/json")
-# In resiliparse's minimal HTML: a heading, a link, any tag. A heading's or a link's text
-# stops at the next heading or link tag: a lazy ".*?" would scan from every unclosed one
-# to the end of the page (quadratic: 600,000 nested <a>s took minutes).
+# A heading of resiliparse's minimal HTML, (its text): it stops at the next heading tag,
+# as crawler.read.mainblocks' LINK at the next link tag (TAG, LINK: any tag, a link)
 _HEADING = re.compile(r"<h[1-3]>((?:[^<]|<(?!/?h[1-6]>))*)</h[1-3]>")
-_LINK = re.compile(r'<a href="([^"]*)">((?:[^<]|<(?!/?a[ >]))*)</a>')
-_TAG = re.compile(r"<[^>]*>")
 # An element's id (or an <a name>): the names a page defines. Documentation generators put
 # the defined name there (Sphinx: id="asyncio.Lock.release", "module-os.path"; DocBook:
 # id="LIBPQ-ENVARS", "GUC-WORK-MEM"; rustdoc, Javadoc, MDN alike). Found by their literal
@@ -228,7 +225,7 @@ def page_text(page: PageRecord, *, text_limit: int = DEFAULT_TEXT_LIMIT,
 def _visible(text: str) -> int:
     """Characters of text, without the tags of resiliparse's minimal HTML (links' hrefs
     are no part of what a page says)."""
-    return len(_TAG.sub("", text).strip())
+    return len(TAG.sub("", text).strip())
 
 
 def deepen_lists(tree: HTMLTree) -> None:
@@ -303,7 +300,7 @@ def main_or_whole(main: str, whole: str) -> str:
     shown = _visible(whole)
     if main.strip() and _visible(main) >= MAIN_SHARE * shown:
         return main
-    linked = sum(len(text) for _, text in _LINK.findall(whole))  # (a tag in one: counted)
+    linked = sum(len(text) for _, text in LINK.findall(whole))  # (a tag in one: counted)
     if main.strip() and linked > MAX_LINK_SHARE * shown:
         return main
     return whole if shown else main
@@ -356,14 +353,14 @@ def read_html(html: str, url: str, *, text_limit: int = DEFAULT_TEXT_LIMIT,
                                  list_bullets=False, alt_texts=False,
                                  skip_elements=BOILERPLATE)
     out.headings = _one_line(" ".join(
-        unescape(_TAG.sub("", h)) for h in _HEADING.findall(outline)), MAX_HEADINGS)
+        unescape(TAG.sub("", h)) for h in _HEADING.findall(outline)), MAX_HEADINGS)
     out.names = defined_names(html)
     out.base = base
     seen: set[tuple[str, str]] = set()
-    for m in _LINK.finditer(outline):  # (a page of a million links: read up to the cap)
+    for m in LINK.finditer(outline):  # (a page of a million links: read up to the cap)
         if len(seen) >= MAX_LINKS:
             break
-        pair = (unescape(m.group(1)).strip(), _one_line(unescape(_TAG.sub("", m.group(2))),
+        pair = (unescape(m.group(1)).strip(), _one_line(unescape(TAG.sub("", m.group(2))),
                                                         MAX_ANCHOR_TEXT))
         if pair[0] and pair[1] and pair not in seen:  # a menu repeated: read once
             seen.add(pair)
@@ -371,9 +368,9 @@ def read_html(html: str, url: str, *, text_limit: int = DEFAULT_TEXT_LIMIT,
     # (the main-content rule is linear in the page: the time budget alone bounds it)
     out.plain = _plain_reason(html, url, bounds, started, nesting=False)
     chosen = "" if out.plain else main_blocks(outline)
-    main = unescape(_TAG.sub("", chosen))
+    main = unescape(TAG.sub("", chosen))
     if not main.strip():  # no block worth a main content (or past the bounds): all of it
-        chosen, main = outline, unescape(_TAG.sub("", outline))
+        chosen, main = outline, unescape(TAG.sub("", outline))
     out.code = code_share(chosen, len(main))
     if not main.strip():  # nothing but boilerplate: that, rather than nothing
         main = extract_plain_text(tree, alt_texts=False, list_bullets=False)
